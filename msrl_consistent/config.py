@@ -1,0 +1,360 @@
+"""Typed, validated configuration: dataclasses, YAML loading (``yaml.safe_load`` only), ``--set``.
+
+A config file looks like::
+
+    algorithm: ppo
+    seed: 0
+    total_timesteps: 100000
+    env: {id: CartPole-v1, n_envs: 8}
+    policy: {net_arch: [64, 64], activation: tanh}
+    algo: {learning_rate: 1.0e-3, n_steps: 32, ...}   # the algorithm's own dataclass
+    eval: {freq: 10000, episodes: 10}
+    checkpoint: {freq: 0, keep: 3}
+
+Every field is declared once, with a one-line docstring (a string literal under the field),
+which ``msrl`` prints in its config reference. Nothing is evaluated as Python.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Literal, Optional, Tuple, Type
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration or usage error: reported without a traceback, exit code 2."""
+
+
+# --------------------------------------------------------------------------------------
+# Sections shared by every algorithm
+# --------------------------------------------------------------------------------------
+@dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"
+    """gymnasium environment id."""
+    n_envs: int = 1
+    """Number of parallel environments in the training vector env."""
+    vectorization: Literal["sync", "async"] = "sync"
+    """gymnasium vector env class: sync (one process) or async (one process per env)."""
+    normalize_obs: bool = False
+    """Keep a running mean/std of observations inside the policy cell (exported with it)."""
+    normalize_obs_clip: float = 10.0
+    """Clip normalized observations to [-clip, clip]."""
+    max_episode_steps: Optional[int] = None
+    """Override the environment's time limit (None keeps the registered one)."""
+
+
+@dataclass
+class PolicyConfig:
+    net_arch: List[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of the actor (and critic unless critic_arch is set)."""
+    critic_arch: Optional[List[int]] = None
+    """Hidden layer sizes of the critic; None uses net_arch."""
+    activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
+    """Activation function of the hidden layers."""
+    shared: bool = False
+    """PPO only: actor and critic share the hidden trunk."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of Gaussian policies."""
+    ortho_init: bool = True
+    """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
+
+
+@dataclass
+class EvalConfig:
+    freq: int = 10000
+    """Evaluate the deterministic policy cell every this many environment steps (0: only at the end)."""
+    episodes: int = 5
+    """Episodes per evaluation."""
+    seed_offset: int = 10000
+    """Evaluation episodes are seeded with seed + seed_offset + i (disjoint from training seeds)."""
+
+
+@dataclass
+class CheckpointConfig:
+    freq: int = 0
+    """Write a checkpoint every this many environment steps (0: only the final one)."""
+    keep: int = 3
+    """Keep the newest this many periodic checkpoints (the final one is always kept)."""
+
+
+@dataclass
+class LogConfig:
+    tensorboard: bool = True
+    """Write tensorboardX event files under tb/."""
+    window: int = 100
+    """Episodes in the moving window of 'recent mean return'."""
+
+
+@dataclass
+class Config:
+    algorithm: str = "ppo"
+    """Algorithm name: one of the registered algorithms (ppo, sac, td3)."""
+    seed: int = 0
+    """Seed of every random number generator (Python, NumPy, MindSpore, environments)."""
+    total_timesteps: int = 100000
+    """Environment steps to train for (summed over the vector envs)."""
+    device: Literal["CPU", "GPU", "Ascend"] = "CPU"
+    """MindSpore device target."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Environment section."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """Network section."""
+    algo: Any = None
+    """The algorithm's own section (its dataclass is chosen by `algorithm`)."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation section."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoint section."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Logging section."""
+
+
+# Algorithms register their config dataclass here (see algorithms/__init__.py); the core
+# does not import algorithms/.
+ALGO_CONFIGS: Dict[str, Type] = {}
+
+
+def register_algorithm_config(name: str, cls: Type) -> None:
+    ALGO_CONFIGS[name] = cls
+
+
+# --------------------------------------------------------------------------------------
+# Typed conversion
+# --------------------------------------------------------------------------------------
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin in (list, List):
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _bad(where: str, key: str, value: Any, tp: Any) -> ConfigError:
+    return ConfigError(f"{where}: key '{key}' has value {value!r}, expected {_type_name(tp)}")
+
+
+def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
+    """Convert a YAML value to the field type ``tp`` or raise ConfigError naming key and value."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], key, where)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value in choices and type(value) is type(choices[0]):
+            return value
+        if isinstance(value, str):
+            close = difflib.get_close_matches(value, [str(c) for c in choices], n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"{where}: key '{key}' has value {value!r}, expected {_type_name(tp)}{hint}")
+        raise _bad(where, key, value, tp)
+    if origin in (list, List):
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise _bad(where, key, value, tp)
+        return [_coerce(v, item_tp, f"{key}[{i}]", where) for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _bad(where, key, value, tp)
+    if tp is int:
+        if isinstance(value, bool):
+            raise _bad(where, key, value, tp)
+        if isinstance(value, int):
+            return value
+        num = _as_number(value)
+        # 1e5 is accepted for an integer field when integral.
+        if num is not None and math.isfinite(num) and float(num).is_integer():
+            return int(num)
+        raise _bad(where, key, value, tp)
+    if tp is float:
+        if isinstance(value, bool):
+            raise _bad(where, key, value, tp)
+        num = _as_number(value)
+        if num is None or math.isnan(num):
+            raise _bad(where, key, value, tp)
+        return float(num)
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _bad(where, key, value, tp)
+    if dataclasses.is_dataclass(tp):
+        return build_dataclass(tp, value, where, prefix=key)
+    raise ConfigError(f"{where}: key '{key}': unsupported field type {tp!r}")  # pragma: no cover
+
+
+def _as_number(value: Any) -> Optional[float]:
+    # PyYAML (YAML 1.1) reads `1e-3` and `1e5` as strings; accept them as numbers.
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _hints(cls: Type) -> Dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def build_dataclass(cls: Type, data: Any, where: str, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys with the closest valid one."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        sect = f"section '{prefix}'" if prefix else "the document"
+        raise ConfigError(f"{where}: {sect} must be a mapping, got {type(data).__name__} {data!r}")
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for k, v in data.items():
+        full = f"{prefix}.{k}" if prefix else str(k)
+        if k not in names:
+            close = difflib.get_close_matches(str(k), names, n=1, cutoff=0.5)
+            hint = f"; did you mean '{(prefix + '.') if prefix else ''}{close[0]}'?" if close else ""
+            raise ConfigError(f"{where}: unknown key '{full}'{hint} (valid keys: {', '.join(names)})")
+        if k == "algo" and cls is Config:
+            continue  # resolved below, once `algorithm` is known
+        kwargs[k] = _coerce(v, hints[k], full, where)
+    obj = cls(**kwargs)
+    if cls is Config:
+        if obj.algorithm not in ALGO_CONFIGS:
+            close = difflib.get_close_matches(obj.algorithm, list(ALGO_CONFIGS), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(
+                f"{where}: key 'algorithm' has value {obj.algorithm!r}, expected one of "
+                f"{', '.join(sorted(ALGO_CONFIGS))}{hint}")
+        obj.algo = build_dataclass(ALGO_CONFIGS[obj.algorithm], data.get("algo"), where, prefix="algo")
+    validate_values(obj, where, prefix)
+    return obj
+
+
+def validate_values(obj: Any, where: str, prefix: str = "") -> None:
+    """Range checks declared in a dataclass's ``_checks``: {field: (predicate, expectation)}."""
+    checks = getattr(type(obj), "_checks", {})
+    for name, (pred, expect) in checks.items():
+        value = getattr(obj, name)
+        if value is not None and not pred(value):
+            full = f"{prefix}.{name}" if prefix else name
+            raise ConfigError(f"{where}: key '{full}' has value {value!r}, expected {expect}")
+
+
+_pos = (lambda v: v > 0, "a positive number")
+_nonneg = (lambda v: v >= 0, "a number >= 0")
+EnvConfig._checks = {"n_envs": _pos, "normalize_obs_clip": _pos, "max_episode_steps": _pos}
+PolicyConfig._checks = {"net_arch": (lambda v: len(v) > 0 and all(x > 0 for x in v), "a non-empty list of positive sizes"),
+                        "critic_arch": (lambda v: len(v) > 0 and all(x > 0 for x in v), "a non-empty list of positive sizes")}
+EvalConfig._checks = {"freq": _nonneg, "episodes": _pos}
+CheckpointConfig._checks = {"freq": _nonneg, "keep": _pos}
+Config._checks = {"total_timesteps": _pos, "seed": _nonneg}
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------
+def read_yaml(path: str) -> Dict[str, Any]:
+    if not os.path.exists(path):
+        raise ConfigError(f"config file not found: {path}")
+    if os.path.isdir(path):
+        raise ConfigError(f"config path is a directory, expected a YAML file: {path}")
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: malformed YAML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the document must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def apply_overrides(data: Dict[str, Any], overrides: List[str], where: str = "--set") -> Dict[str, Any]:
+    """Apply ``KEY=VALUE`` dotted overrides; values are parsed as YAML scalars, typed later."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"{where}: expected KEY=VALUE, got {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"{where}: invalid key {key!r} in {item!r}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{where}: cannot set {key!r}: '{part}' is not a section")
+            node = nxt
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: Optional[str], overrides: Optional[List[str]] = None, data: Optional[Dict[str, Any]] = None) -> Config:
+    """Read, override and validate a config. Raises ConfigError with the file and key named."""
+    if data is None:
+        data = read_yaml(path)
+    where = path or "<config>"
+    if overrides:
+        where = f"{where} (with --set)"
+        data = apply_overrides(data, overrides)
+    return build_dataclass(Config, data, where)
+
+
+def to_dict(cfg: Any) -> Dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def field_docs(cls: Type) -> List[Tuple[str, str, Any, str]]:
+    """(name, type, default, docstring) of every field, read from the source's field docstrings."""
+    import ast
+    import inspect
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):  # pragma: no cover
+        src = ""
+    docs: Dict[str, str] = {}
+    if src:
+        import textwrap
+        tree = ast.parse(textwrap.dedent(src))
+        body = tree.body[0].body
+        for a, b in zip(body, body[1:]):
+            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
+                    and isinstance(getattr(b, "value", None), ast.Constant) and isinstance(b.value.value, str):
+                docs[a.target.id] = b.value.value.strip()
+    hints = _hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        out.append((f.name, _type_name(hints[f.name]), default, docs.get(f.name, "")))
+    return out

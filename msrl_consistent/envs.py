@@ -1,0 +1,196 @@
+"""gymnasium vector envs: construction, space checks, seeding, autoreset handling.
+
+The vector envs run in gymnasium's SAME_STEP autoreset mode: the step that ends an
+episode returns the first observation of the next one and puts the true final
+observation in ``info["final_obs"]``. :func:`step_transitions` turns that into
+transitions that never span two episodes: ``next_obs`` is the true final observation for
+every ended sub-env, so truncated episodes bootstrap from it and terminated ones do not
+(their ``terminated`` flag zeroes the bootstrap).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from .config import ConfigError, EnvConfig
+
+
+@dataclass(frozen=True)
+class SpaceSpec:
+    """What the policy cell and the exporter need to know about the spaces."""
+    obs_shape: Tuple[int, ...]
+    obs_low: np.ndarray
+    obs_high: np.ndarray
+    discrete: bool
+    n_actions: int          # Discrete: number of actions; Box: flat action dimension
+    act_low: Optional[np.ndarray] = None
+    act_high: Optional[np.ndarray] = None
+
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.obs_shape))
+
+    def to_json(self) -> dict:
+        d = {
+            "observation": {"type": "Box", "shape": list(self.obs_shape), "dtype": "float32",
+                            "low": _jsonable(self.obs_low), "high": _jsonable(self.obs_high)},
+        }
+        if self.discrete:
+            d["action"] = {"type": "Discrete", "n": self.n_actions, "dtype": "int32"}
+        else:
+            d["action"] = {"type": "Box", "shape": [self.n_actions], "dtype": "float32",
+                           "low": _jsonable(self.act_low), "high": _jsonable(self.act_high)}
+        return d
+
+    @staticmethod
+    def from_json(d: dict) -> "SpaceSpec":
+        o, a = d["observation"], d["action"]
+        obs_low = np.asarray(_unjson(o["low"]), dtype=np.float32)
+        obs_high = np.asarray(_unjson(o["high"]), dtype=np.float32)
+        if a["type"] == "Discrete":
+            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]))
+        return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, False, int(a["shape"][0]),
+                         np.asarray(_unjson(a["low"]), np.float32), np.asarray(_unjson(a["high"]), np.float32))
+
+
+def _jsonable(arr: np.ndarray) -> list:
+    # JSON has no infinity: store +-inf as strings.
+    return [("inf" if v > 0 else "-inf") if np.isinf(v) else float(v) for v in np.asarray(arr, np.float64).ravel()]
+
+
+def _unjson(values: list) -> list:
+    return [float(v) for v in values]
+
+
+def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
+    """Check the spaces are supported (Box observations; Box or Discrete actions)."""
+    from gymnasium import spaces
+
+    who = f"environment {env_id!r}: " if env_id else ""
+    if not isinstance(observation_space, spaces.Box):
+        raise ConfigError(f"{who}unsupported observation space {type(observation_space).__name__} "
+                          f"({observation_space}); msrl-consistent supports Box observations")
+    if not np.issubdtype(observation_space.dtype, np.floating):
+        raise ConfigError(f"{who}unsupported observation dtype {observation_space.dtype}; expected a float Box")
+    obs_low = np.asarray(observation_space.low, np.float32).ravel()
+    obs_high = np.asarray(observation_space.high, np.float32).ravel()
+    if isinstance(action_space, spaces.Discrete):
+        if int(action_space.start) != 0:
+            raise ConfigError(f"{who}unsupported Discrete action space with start={action_space.start}; expected start 0")
+        return SpaceSpec(tuple(observation_space.shape), obs_low, obs_high, True, int(action_space.n))
+    if isinstance(action_space, spaces.Box):
+        if len(action_space.shape) != 1:
+            raise ConfigError(f"{who}unsupported Box action shape {action_space.shape}; expected a 1-D Box")
+        low = np.asarray(action_space.low, np.float32)
+        high = np.asarray(action_space.high, np.float32)
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            raise ConfigError(f"{who}Box action space must have finite bounds, got low={low} high={high}")
+        return SpaceSpec(tuple(observation_space.shape), obs_low, obs_high, False, int(action_space.shape[0]), low, high)
+    raise ConfigError(f"{who}unsupported action space {type(action_space).__name__} ({action_space}); "
+                      f"msrl-consistent supports Box and Discrete actions")
+
+
+def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
+    """One gymnasium env; unknown ids become a ConfigError naming the id."""
+    import gymnasium as gym
+
+    kwargs = {}
+    if env_cfg.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = env_cfg.max_episode_steps
+    if render_mode:
+        kwargs["render_mode"] = render_mode
+    try:
+        return gym.make(env_cfg.id, **kwargs)
+    except gym.error.Error as exc:
+        raise ConfigError(f"key 'env.id' has value {env_cfg.id!r}: {exc}") from None
+    except ImportError as exc:
+        raise ConfigError(f"environment {env_cfg.id!r} needs a package that is not installed: {exc} "
+                          f"(for MuJoCo environments: pip install -e .[mujoco])") from None
+
+
+def make_vec_env(env_cfg: EnvConfig, n_envs: Optional[int] = None):
+    """A gymnasium vector env in SAME_STEP autoreset mode (sync or async)."""
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+    n = n_envs or env_cfg.n_envs
+    probe = make_env(env_cfg)  # fail early with a clear error on bad ids/spaces
+    space_spec(probe.observation_space, probe.action_space, env_cfg.id)
+    probe.close()
+    fns = [lambda cfg=env_cfg: make_env(cfg) for _ in range(n)]
+    cls = AsyncVectorEnv if env_cfg.vectorization == "async" else SyncVectorEnv
+    return cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def seed_vec_env(venv, seed: int) -> np.ndarray:
+    """Reset with per-env seeds seed+i and seed the action spaces; returns the first observations."""
+    n = venv.num_envs
+    obs, _ = venv.reset(seed=[seed + i for i in range(n)])
+    venv.action_space.seed(seed)
+    venv.single_action_space.seed(seed)
+    return np.asarray(obs, dtype=np.float32)
+
+
+def step_transitions(venv, actions: np.ndarray):
+    """Step the vector env. Returns (obs_for_next_step, reward, terminated, truncated, real_next_obs).
+
+    ``real_next_obs`` equals ``obs_for_next_step`` except where a sub-env's episode ended:
+    there it is the true final observation of the ended episode (from ``info['final_obs']``).
+    """
+    obs, reward, terminated, truncated, info = venv.step(actions)
+    obs = np.asarray(obs, dtype=np.float32)
+    real_next = obs
+    if "_final_obs" in info:
+        mask = info["_final_obs"]
+        if np.any(mask):
+            real_next = obs.copy()
+            for i in np.nonzero(mask)[0]:
+                real_next[i] = np.asarray(info["final_obs"][i], dtype=np.float32)
+    return (obs, np.asarray(reward, dtype=np.float32), np.asarray(terminated, dtype=bool),
+            np.asarray(truncated, dtype=bool), real_next)
+
+
+def env_spec(env_cfg: EnvConfig) -> SpaceSpec:
+    env = make_env(env_cfg)
+    try:
+        return space_spec(env.observation_space, env.action_space, env_cfg.id)
+    finally:
+        env.close()
+
+
+def run_episodes(env_cfg: EnvConfig, act, episodes: int, seed: int, on_step=None) -> dict:
+    """Roll out ``act`` (batch of 1 observation -> batch of 1 action) for seeded episodes.
+
+    Episode i is reset with seed ``seed + i``. Returns returns, lengths and the wall time of
+    every ``act`` call (seconds). ``on_step(episode, t, obs, action)`` is called per step.
+    """
+    import time
+
+    env = make_env(env_cfg)
+    spec = space_spec(env.observation_space, env.action_space, env_cfg.id)
+    returns, lengths, latencies = [], [], []
+    try:
+        for ep in range(episodes):
+            obs, _ = env.reset(seed=seed + ep)
+            env.action_space.seed(seed + ep)
+            done, ret, t = False, 0.0, 0
+            while not done:
+                batch = np.asarray(obs, np.float32).reshape(1, -1)
+                t0 = time.perf_counter()
+                action = np.asarray(act(batch))
+                latencies.append(time.perf_counter() - t0)
+                a = action.reshape(-1)
+                a = int(a[0]) if spec.discrete else a.astype(np.float32)
+                if on_step is not None:
+                    on_step(ep, t, batch[0], a)
+                obs, r, term, trunc, _ = env.step(a)
+                ret += float(r)
+                t += 1
+                done = term or trunc
+            returns.append(ret)
+            lengths.append(t)
+    finally:
+        env.close()
+    return {"returns": returns, "lengths": lengths, "latencies": latencies}

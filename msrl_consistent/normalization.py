@@ -1,0 +1,62 @@
+"""Observation normalization that lives inside the policy cell.
+
+The statistics the graph uses are non-trainable Parameters of :class:`ObsNormalizer`, so
+they are checkpointed and exported with the cell (never left outside the model). The host
+keeps the exact running statistics in float64 (:class:`RunningMeanStd`, Welford/Chan
+parallel update, as Stable-Baselines3's VecNormalize) and pushes float32 copies into the
+Parameters between graph calls. During one rollout + update the statistics are frozen, so
+the log-probabilities recorded at collection time are the ones the update recomputes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+
+
+class RunningMeanStd:
+    """Exact parallel mean/variance update (Chan et al. 1979), float64 on the host."""
+
+    def __init__(self, shape, epsilon: float = 1e-4):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = float(epsilon)
+
+    def update(self, batch: np.ndarray) -> None:
+        batch = np.asarray(batch, np.float64).reshape(-1, *self.mean.shape)
+        b_mean, b_var, b_count = batch.mean(0), batch.var(0), batch.shape[0]
+        delta = b_mean - self.mean
+        tot = self.count + b_count
+        new_mean = self.mean + delta * b_count / tot
+        m2 = self.var * self.count + b_var * b_count + delta ** 2 * self.count * b_count / tot
+        self.mean, self.var, self.count = new_mean, m2 / tot, tot
+
+    def state(self) -> dict:
+        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": np.array([self.count], np.float64)}
+
+    def load(self, state: dict) -> None:
+        self.mean = np.array(state["mean"], np.float64)
+        self.var = np.array(state["var"], np.float64)
+        self.count = float(np.asarray(state["count"]).ravel()[0])
+
+
+class ObsNormalizer(nn.Cell):
+    """``clip((obs - mean) / sqrt(var + eps), -clip, clip)``; identity when disabled."""
+
+    def __init__(self, obs_dim: int, enabled: bool, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.enabled = bool(enabled)
+        self.clip = float(clip)
+        self.eps = float(eps)
+        self.mean = Parameter(Tensor(np.zeros(obs_dim, np.float32)), name="mean", requires_grad=False)
+        self.var = Parameter(Tensor(np.ones(obs_dim, np.float32)), name="var", requires_grad=False)
+
+    def construct(self, obs):
+        if self.enabled:
+            x = (obs - self.mean) / ops.sqrt(self.var + self.eps)
+            return ops.clip_by_value(x, -self.clip, self.clip)
+        return obs
+
+    def set_stats(self, rms: RunningMeanStd) -> None:
+        self.mean.set_data(Tensor(rms.mean.astype(np.float32)))
+        self.var.set_data(Tensor(rms.var.astype(np.float32)))
