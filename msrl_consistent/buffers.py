@@ -85,22 +85,29 @@ class RolloutBuffer:
 class ReplayBuffer:
     """Circular replay buffer of preallocated float32 arrays, sampled with a given Generator.
 
+    Rows are written one vector step at a time (``n_envs`` consecutive slots); the capacity
+    is rounded down to a multiple of ``n_envs`` so a vector step never wraps.
+
     ``terminated`` is stored apart from truncation: a truncated transition keeps
     ``terminated = False`` and so bootstraps from its (true final) next observation.
 
     ``memory_lean=True`` does not keep next observations twice: ``next_obs[i]`` is read
-    from ``obs[i + n_envs]`` (the next row of the same env), and only the next observations
-    that differ from it (the true final observation of an ended episode) are kept, in a
-    small side table keyed by slot. The newest ``n_envs`` slots have no successor yet and
-    are never sampled.
+    from ``obs[i + n_envs]`` (the next row of the same env). The next observations that
+    differ from it are kept apart: the true final observation of an ended episode (a small
+    side table keyed by slot) and the next observation of the newest row, which has no
+    successor row yet (``pending_next``, n_envs rows). Both modes therefore hold the same
+    transitions and, given the same Generator state, return identical samples.
     """
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, n_envs: int = 1, memory_lean: bool = False):
-        if capacity % n_envs:
-            capacity -= capacity % n_envs
+        capacity -= capacity % n_envs
+        if capacity <= 0:
+            raise ValueError(f"replay buffer capacity must be at least n_envs={n_envs}")
         self.capacity, self.n_envs, self.memory_lean = capacity, n_envs, memory_lean
+        self.obs_dim, self.act_dim = obs_dim, act_dim
         self.obs = np.zeros((capacity, obs_dim), np.float32)
         self.next_obs = None if memory_lean else np.zeros((capacity, obs_dim), np.float32)
+        self.pending_next = np.zeros((n_envs, obs_dim), np.float32) if memory_lean else None
         self.final_obs: Dict[int, np.ndarray] = {}
         self.actions = np.zeros((capacity, act_dim), np.float32)
         self.rewards = np.zeros((capacity,), np.float32)
@@ -114,7 +121,8 @@ class ReplayBuffer:
         return self.capacity if self.full else self.pos
 
     def add(self, obs, next_obs, actions, rewards, terminated, truncated) -> None:
-        """Add one vector step: arrays with a leading n_envs axis."""
+        """Add one vector step: arrays with a leading n_envs axis. ``next_obs`` must be the
+        true next observation (the final one where an episode ended, see envs.step_transitions)."""
         n = self.n_envs
         sl = slice(self.pos, self.pos + n)
         self.obs[sl] = obs
@@ -128,29 +136,28 @@ class ReplayBuffer:
                 self.final_obs.pop(self.pos + i, None)
                 if ended[i]:
                     self.final_obs[self.pos + i] = np.array(next_obs[i], np.float32)
+            self.pending_next[...] = next_obs
         else:
             self.next_obs[sl] = next_obs
         self.pos += n
         if self.pos >= self.capacity:
             self.full, self.pos = True, 0
 
-    def _valid_count(self) -> int:
-        return self.size - (self.n_envs if self.memory_lean else 0)
-
     def sample(self, batch_size: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
-        valid = self._valid_count()
-        if valid <= 0:
-            raise ValueError("replay buffer has no complete transition to sample yet")
-        if self.memory_lean and self.full:
-            # slots [pos, pos+n) are the oldest; the newest n (just before pos) have no successor
-            start = self.pos
-            idx = (start + rng.integers(0, valid, size=batch_size)) % self.capacity
-        else:
-            idx = rng.integers(0, valid, size=batch_size)
+        """``batch_size`` transitions drawn uniformly (with replacement) from the stored ones."""
+        size = self.size
+        if size <= 0:
+            raise ValueError("replay buffer is empty")
+        idx = rng.integers(0, size, size=batch_size)
         out = {"obs": self.obs[idx], "actions": self.actions[idx], "rewards": self.rewards[idx],
                "terminated": self.terminated[idx]}
         if self.memory_lean:
-            nxt = self.obs[(idx + self.n_envs) % self.capacity]
+            n = self.n_envs
+            nxt = self.obs[(idx + n) % self.capacity]
+            newest = (self.pos - n) % self.capacity  # first slot of the newest row
+            in_newest = (idx - newest) % self.capacity < n
+            if np.any(in_newest):
+                nxt[in_newest] = self.pending_next[idx[in_newest] % n]
             for j in np.nonzero(self.ended[idx])[0]:
                 nxt[j] = self.final_obs[int(idx[j])]
             out["next_obs"] = nxt
@@ -159,17 +166,24 @@ class ReplayBuffer:
         return out
 
     def nbytes(self) -> int:
+        """Bytes held by the arrays (the side table of final observations included)."""
         arrays = [self.obs, self.actions, self.rewards, self.terminated, self.ended]
         if self.next_obs is not None:
             arrays.append(self.next_obs)
+        if self.pending_next is not None:
+            arrays.append(self.pending_next)
         return int(sum(a.nbytes for a in arrays) + sum(v.nbytes for v in self.final_obs.values()))
 
     def state(self) -> Dict[str, np.ndarray]:
-        d = {"obs": self.obs, "actions": self.actions, "rewards": self.rewards,
-             "terminated": self.terminated, "ended": self.ended,
-             "pos_full": np.array([self.pos, int(self.full)], np.int64)}
+        """The stored transitions (only the filled rows), for a checkpoint."""
+        n = self.size
+        d = {"obs": self.obs[:n], "actions": self.actions[:n], "rewards": self.rewards[:n],
+             "terminated": self.terminated[:n], "ended": self.ended[:n],
+             "pos_full": np.array([self.pos, int(self.full), self.capacity, self.n_envs], np.int64)}
         if self.next_obs is not None:
-            d["next_obs"] = self.next_obs
+            d["next_obs"] = self.next_obs[:n]
+        if self.pending_next is not None:
+            d["pending_next"] = self.pending_next
         if self.final_obs:
             keys = sorted(self.final_obs)
             d["final_keys"] = np.array(keys, np.int64)
@@ -177,16 +191,36 @@ class ReplayBuffer:
         return d
 
     def load(self, d: Dict[str, np.ndarray]) -> None:
-        self.obs[...] = d["obs"]
-        self.actions[...] = d["actions"]
-        self.rewards[...] = d["rewards"]
-        self.terminated[...] = d["terminated"]
-        self.ended[...] = d["ended"]
-        self.pos, full = (int(x) for x in d["pos_full"])
-        self.full = bool(full)
+        pos, full, capacity, n_envs = (int(x) for x in d["pos_full"])
+        if (capacity, n_envs) != (self.capacity, self.n_envs):
+            raise ValueError(f"replay buffer state has capacity {capacity} x {n_envs} envs, "
+                             f"this buffer {self.capacity} x {self.n_envs}")
+        n = d["obs"].shape[0]
+        self.obs[:n] = d["obs"]
+        self.actions[:n] = d["actions"]
+        self.rewards[:n] = d["rewards"]
+        self.terminated[:n] = d["terminated"]
+        self.ended[:n] = d["ended"]
+        self.pos, self.full = pos, bool(full)
+        if self.memory_lean and "next_obs" in d:
+            # saved by a normal buffer: rebuild the side tables from the stored next obs
+            nxt = d["next_obs"]
+            self.final_obs = {int(k): np.array(nxt[k], np.float32) for k in np.nonzero(self.ended[:n])[0]}
+            newest = (self.pos - self.n_envs) % self.capacity
+            self.pending_next[...] = nxt[newest:newest + self.n_envs]
+            return
         if self.next_obs is not None:
-            self.next_obs[...] = d["next_obs"]
+            if "next_obs" in d:
+                self.next_obs[:n] = d["next_obs"]
+            else:  # saved by a lean buffer
+                self.next_obs[:n] = self.obs[(np.arange(n) + self.n_envs) % self.capacity]
+                newest = (self.pos - self.n_envs) % self.capacity
+                self.next_obs[newest:newest + self.n_envs] = d["pending_next"]
         self.final_obs = {}
         if "final_keys" in d:
             for k, v in zip(d["final_keys"], d["final_obs"]):
                 self.final_obs[int(k)] = np.array(v, np.float32)
+                if self.next_obs is not None:
+                    self.next_obs[int(k)] = v
+        if self.pending_next is not None and "pending_next" in d:
+            self.pending_next[...] = d["pending_next"]

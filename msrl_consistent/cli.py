@@ -101,6 +101,45 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from msrl_consistent.export.exporter import export_run, parse_batch, parse_formats
+
+    m = export_run(args.run_dir, args.out, checkpoint=args.checkpoint, formats=parse_formats(args.format),
+                   precision=args.precision, batch=parse_batch(args.batch), golden=args.golden,
+                   soc_version=args.soc_version, precision_mode=args.precision_mode, force=args.force)
+    if args.json:
+        print(json.dumps(m))
+    else:
+        files = ", ".join(f"{k} ({v[:12]})" for k, v in m["files"].items())
+        print(f"msrl: exported {m['algorithm']} on {m['env_id']} ({m['export']['precision']}, batch "
+              f"{m['export']['batch']}) -> {args.out}: {files}, manifest.json")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from msrl_consistent.export.verify import verify_export
+
+    kwargs = {}
+    if args.backend == "lite":
+        kwargs = {"target": args.lite_target, "device": args.device_id, "precision_mode": args.lite_precision_mode}
+    report = verify_export(args.export_dir, backend=args.backend, episodes=args.episodes, seed=args.seed,
+                           atol=args.atol, **kwargs)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        g = report["golden"]
+        err = f"agreement {g['agreement']:.4f}" if "agreement" in g else f"max abs error {g.get('max_abs_error', float('nan')):.3g}"
+        print(f"msrl verify [{args.backend}]: golden set {g.get('count')} obs, {err}, bit-identical {g.get('bit_identical')}")
+        roll = report["rollouts"]
+        if roll:
+            print(f"  rollouts: {roll['identical_episodes']}/{roll['episodes']} identical, return exported "
+                  f"{roll['mean_return_exported']:.2f} vs training {roll['mean_return_training']:.2f}")
+        for c in report["criteria"]:
+            print(f"  [{'ok' if c['passed'] else 'FAIL'}] {c['name']}")
+        print(f"  {'PASS' if report['passed'] else 'FAIL'}; report: {os.path.join(args.export_dir, 'report.md')}")
+    return 0 if report["passed"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="msrl", description="MindSpore RL with train-inference consistency")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -126,18 +165,61 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--device-id", type=int, default=0, help="lite backend on Ascend: device id")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
+
+    x = sub.add_parser("export", help="export a run's deterministic policy cell (MindIR, ONNX, OM)")
+    x.add_argument("run_dir")
+    x.add_argument("--out", required=True, help="export directory to create")
+    x.add_argument("--checkpoint", help="checkpoint file (default: the run's final/latest one)")
+    x.add_argument("--format", default="mindir", help="comma-separated: mindir[,onnx][,om] (default mindir)")
+    x.add_argument("--precision", default="fp32", choices=["fp32", "fp16"],
+                   help="fp16: the same cell computing in float16 with float32 input/output")
+    x.add_argument("--batch", default="dynamic", help="fixed batch size N or 'dynamic' (default)")
+    x.add_argument("--golden", type=int, default=1024, help="observations in the golden set (default 1024)")
+    x.add_argument("--soc-version", help="OM: the Ascend SoC, e.g. Ascend310P3")
+    x.add_argument("--precision-mode", help="OM: ATC precision mode (default must_keep_origin_dtype)")
+    x.add_argument("--force", action="store_true", help="replace an existing export directory")
+    x.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    x.set_defaults(func=cmd_export)
+
+    v = sub.add_parser("verify", help="check an export against the training cell")
+    v.add_argument("export_dir")
+    v.add_argument("--backend", default="mindspore", choices=["mindspore", "onnxruntime", "lite"])
+    v.add_argument("--episodes", type=int, default=20, help="seeded rollouts side by side (0: none)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--atol", type=float, help="tolerance (default: 0 for mindspore, 1e-5 otherwise)")
+    v.add_argument("--lite-target", default="cpu", choices=["cpu", "ascend"])
+    v.add_argument("--lite-precision-mode", help="lite: explicit precision mode (default enforce_fp32)")
+    v.add_argument("--device-id", type=int, default=0)
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_verify)
     return p
+
+
+def _usage_errors():
+    """Exceptions reported as `msrl: error: ...` with exit 2 (no traceback)."""
+    errors = [ConfigError, UsageError, CheckpointError]
+    from .runtime import BackendUnavailable
+    errors.append(BackendUnavailable)
+    try:
+        from msrl_consistent.export.manifest import IntegrityError
+        from msrl_consistent.export.om import AtcUnavailable
+        errors += [IntegrityError, AtcUnavailable]
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errors)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     _quiet_mindspore_logs()
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "episodes", 1) is not None and getattr(args, "episodes", 1) < 1:
+    if args.command == "eval" and args.episodes < 1:
         parser.error("--episodes must be >= 1")
+    if args.command == "verify" and args.episodes < 0:
+        parser.error("--episodes must be >= 0")
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, UsageError, CheckpointError) as exc:
+    except _usage_errors() as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -88,12 +88,12 @@ class Chain(nn.Cell):
 # Action heads: the post-processing that turns network output into the environment action
 # ---------------------------------------------------------------------------------------
 class ArgmaxHead(nn.Cell):
-    def __init__(self):
-        super().__init__()
-        self.argmax = ops.Argmax(axis=-1, output_type=ms.int32)
+    """argmax over the logits, cast to int32 inside the cell: MindSpore's ONNX writer emits an
+    argmax output as an int32 Cast behind an int64-declared output, which ONNX Runtime
+    refuses to load; an explicit int32 cast gives a graph it loads."""
 
     def construct(self, logits):
-        return self.argmax(logits)
+        return ops.cast(ops.argmax(logits, -1), ms.int32)
 
 
 class ClipHead(nn.Cell):
@@ -213,3 +213,128 @@ def build_agent(cfg, spec, rng: np.random.Generator) -> nn.Cell:
     except KeyError:
         raise ValueError(f"no agent networks registered for algorithm {cfg.algorithm!r}") from None
     return cls(cfg, spec, rng)
+
+
+# ---------------------------------------------------------------------------------------
+# Off-policy agents (SAC, TD3). Conventions shared by both:
+#
+# * Box actions only (a Discrete space is a ConfigError naming the space).
+# * ``actor`` outputs the pre-tanh action ``u``; ``policy_cell()`` appends TanhScaleHead
+#   (``squash = True``), so the exported deterministic action is
+#   ``low + (tanh(u) + 1) / 2 * (high - low)``, clipped.
+# * The critics see ``concat(normalized obs, normalized action)`` where the normalized
+#   action is ``tanh(u)`` in [-1, 1] (not the Box units), as Stable-Baselines3 stores and
+#   feeds ``scale_action(a)``: the critics' inputs do not depend on the Box bounds, and the
+#   replay buffer stores normalized actions.
+# * Target networks are non-trainable Parameters (requires_grad=False), copied from the
+#   online networks at construction; the Polyak update runs inside the training graph.
+# * SB3 / the papers use PyTorch's default (uniform) initialization for SAC and TD3: the
+#   configs set ``policy.ortho_init: false`` and ``policy.activation: relu`` accordingly.
+# ---------------------------------------------------------------------------------------
+def _require_box(spec, algorithm: str) -> None:
+    if spec.discrete:
+        from .config import ConfigError
+        raise ConfigError(f"{algorithm} needs a Box (continuous) action space; the environment has "
+                          f"Discrete({spec.n_actions}) actions (use ppo for discrete actions)")
+
+
+class QNetwork(nn.Cell):
+    """Q(s, a) = MLP(concat(normalized obs, normalized action)) -> shape (batch,)."""
+
+    def __init__(self, rng, obs_dim: int, act_dim: int, hidden: Sequence[int], activation: str, ortho: bool):
+        super().__init__()
+        self.net = MLP(rng, obs_dim + act_dim, hidden, activation, 1, 1.0, ortho)
+
+    def construct(self, x, a):
+        return self.net(ops.concat((x, a), -1)).squeeze(-1)
+
+
+def frozen_copy(make, source: nn.Cell) -> nn.Cell:
+    """A target network: ``make(throwaway_rng)`` built with the same shapes, its Parameters
+    set to copies of ``source``'s and marked non-trainable (requires_grad=False)."""
+    target = make(np.random.default_rng(0))  # weights overwritten below; keeps the run's stream untouched
+    src = list(source.get_parameters())
+    dst = list(target.get_parameters())
+    assert len(src) == len(dst)
+    for s, d in zip(src, dst):
+        assert tuple(s.shape) == tuple(d.shape)
+        d.set_data(Tensor(s.asnumpy().copy()))
+        d.requires_grad = False
+    return target
+
+
+class SACAgent(nn.Cell):
+    """SAC (Haarnoja et al. 2018, v2): squashed Gaussian actor, twin Q critics with
+    Polyak-averaged targets, temperature ``log_alpha``.
+
+    ``actor = Chain(trunk, mean head)`` is exactly what the PolicyCell uses; the log-std
+    head sits on the same trunk (``log_std_head``) and is clamped to [-20, 2] by the
+    sampling and loss cells (algorithms/sac.py).
+    """
+    squash = True
+    LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+    def __init__(self, cfg, spec, rng: np.random.Generator):
+        super().__init__()
+        _require_box(spec, "sac")
+        pc = cfg.policy
+        obs_dim, act_dim = spec.obs_dim, spec.n_actions
+        self.spec = spec
+        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
+        trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
+        self.actor = Chain(trunk, dense(rng, trunk.out_dim, act_dim, 0.01, pc.ortho_init))
+        self.log_std_head = dense(rng, trunk.out_dim, act_dim, 0.01, pc.ortho_init)
+        carch = pc.critic_arch or pc.net_arch
+
+        def make_q(r):
+            return QNetwork(r, obs_dim, act_dim, carch, pc.activation, pc.ortho_init)
+
+        self.q1 = make_q(rng)
+        self.q2 = make_q(rng)
+        self.q1_target = frozen_copy(make_q, self.q1)
+        self.q2_target = frozen_copy(make_q, self.q2)
+        init_alpha = float(getattr(cfg.algo, "init_ent_coef", 1.0))
+        self.log_alpha = Parameter(Tensor(np.array([np.log(init_alpha)], np.float32)), name="log_alpha")
+
+    @property
+    def trunk(self) -> nn.Cell:
+        return self.actor.first
+
+    def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
+        return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))
+
+
+class TD3Agent(nn.Cell):
+    """TD3 (Fujimoto et al. 2018): deterministic actor (pre-tanh output), twin Q critics,
+    target copies of the actor and both critics."""
+    squash = True
+
+    def __init__(self, cfg, spec, rng: np.random.Generator):
+        super().__init__()
+        _require_box(spec, "td3")
+        pc = cfg.policy
+        obs_dim, act_dim = spec.obs_dim, spec.n_actions
+        self.spec = spec
+        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
+
+        def make_actor(r):
+            return MLP(r, obs_dim, pc.net_arch, pc.activation, act_dim, 0.01, pc.ortho_init)
+
+        carch = pc.critic_arch or pc.net_arch
+
+        def make_q(r):
+            return QNetwork(r, obs_dim, act_dim, carch, pc.activation, pc.ortho_init)
+
+        self.actor = make_actor(rng)
+        self.q1 = make_q(rng)
+        self.q2 = make_q(rng)
+        self.actor_target = frozen_copy(make_actor, self.actor)
+        self.q1_target = frozen_copy(make_q, self.q1)
+        self.q2_target = frozen_copy(make_q, self.q2)
+
+    def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
+        return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))
+
+
+AGENTS["sac"] = SACAgent
+AGENTS["td3"] = TD3Agent

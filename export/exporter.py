@@ -1,0 +1,203 @@
+"""`msrl export`: the run's deterministic PolicyCell -> MindIR / ONNX / OM + manifest + golden set.
+
+Everything is written into a temporary sibling directory and renamed into place at the
+end, so an interrupted or failed export never leaves a half-written export directory, and
+an existing export is only replaced (with ``force``) once the new one is complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Iterable, Optional
+
+import numpy as np
+
+from msrl_consistent.checkpoint import atomic_write_text
+from msrl_consistent.config import ConfigError, to_dict
+from msrl_consistent.determinism import file_sha256
+from msrl_consistent.envs import run_episodes
+from msrl_consistent.runtime import TrainCellPolicy
+
+from . import manifest as mf
+from .mindir import write_mindir
+from .om import DEFAULT_PRECISION_MODE, ATC_PRECISION_MODES, find_atc, write_om
+from .onnx import INPUT_NAME, OUTPUT_NAME, write_onnx
+
+FORMATS = ("mindir", "onnx", "om")
+GOLDEN_SEED = 20_240_601  # episodes used for the golden set are disjoint from eval seeds
+
+
+def parse_formats(text: str) -> list:
+    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ConfigError(f"--format {text!r}: expected a comma-separated subset of {', '.join(FORMATS)}")
+    if "mindir" not in formats:
+        formats.insert(0, "mindir")  # the reference artifact (verify, Lite) is always written
+    return formats
+
+
+def parse_batch(text) -> object:
+    if text in (None, "dynamic"):
+        return "dynamic"
+    try:
+        b = int(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--batch {text!r}: expected a positive integer or 'dynamic'") from None
+    if b < 1:
+        raise ConfigError(f"--batch {text!r}: expected a positive integer or 'dynamic'")
+    return b
+
+
+def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED) -> tuple:
+    """3/4 states visited by deterministic rollouts, 1/4 uniform samples across the observation
+    bounds (infinite bounds: the visited mean +- 3 std). Returns (obs, counts)."""
+    n_roll = (3 * n) // 4
+    visited = []
+    ep = 0
+    while sum(len(v) for v in visited) < n_roll and ep < 1000:
+        obs_ep = []
+        run_episodes(policy.env_config(), policy.act, 1, seed + ep, on_step=lambda e, t, o, a: obs_ep.append(o))
+        visited.append(np.asarray(obs_ep, np.float32))
+        ep += 1
+    visited = np.concatenate(visited)
+    idx = np.linspace(0, len(visited) - 1, n_roll).round().astype(int)
+    rollout_obs = visited[idx]
+    rng = np.random.default_rng(seed)
+    spec = policy.spec
+    low, high = spec.obs_low.astype(np.float64), spec.obs_high.astype(np.float64)
+    mean, std = visited.mean(0), np.maximum(visited.std(0), 1.0)
+    low = np.where(np.isfinite(low), low, mean - 3 * std)
+    high = np.where(np.isfinite(high), high, mean + 3 * std)
+    # Bounds wider than float32 (e.g. +-3.4e38) are clipped to a range the net can see.
+    low, high = np.maximum(low, mean - 1e3), np.minimum(high, mean + 1e3)
+    bound_obs = rng.uniform(low, high, (n - n_roll, spec.obs_dim)).astype(np.float32)
+    return np.concatenate([rollout_obs, bound_obs]), {"rollout": int(n_roll), "bounds": int(n - n_roll),
+                                                      "episodes": ep, "seed": seed}
+
+
+def actions_at_batch(policy, obs: np.ndarray, batch: int) -> np.ndarray:
+    """The policy's actions for ``obs`` computed ``batch`` rows per call (the last call padded)."""
+    outs = []
+    for start in range(0, len(obs), batch):
+        chunk = obs[start:start + batch]
+        n = len(chunk)
+        if n < batch:
+            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
+        outs.append(policy.run_batched(policy.validate(chunk))[:n])
+    return np.concatenate(outs)
+
+
+def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),
+               precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
+               precision_mode: Optional[str] = None, force: bool = False, head_override=None) -> dict:
+    """Export a run's policy; returns the manifest. ``head_override`` exists for tests that
+    prove verify catches a policy exported without its action post-processing."""
+    formats = list(formats)
+    if precision not in ("fp32", "fp16"):
+        raise ConfigError(f"--precision {precision!r}: expected fp32 or fp16")
+    if golden < 1:
+        raise ConfigError(f"--golden {golden}: expected a positive number of observations")
+    if "om" in formats:
+        if not soc_version:
+            raise ConfigError("--format om needs --soc-version (for example Ascend310P3)")
+        precision_mode = precision_mode or DEFAULT_PRECISION_MODE
+        if precision_mode not in ATC_PRECISION_MODES:
+            raise ConfigError(f"--precision-mode {precision_mode!r}: expected one of {', '.join(ATC_PRECISION_MODES)}")
+        find_atc()  # fail before any work when CANN is missing
+        if "onnx" not in formats:
+            formats.append("onnx")  # ATC converts the ONNX graph
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)) and not force:
+        raise ConfigError(f"output directory {out_dir} exists and is not empty; pass --force to replace it")
+
+    reference = TrainCellPolicy(run_dir, checkpoint)
+    spec = reference.spec
+    if head_override is not None:
+        cell = reference.agent.policy_cell(head=head_override)
+    elif precision == "fp16":
+        cell = TrainCellPolicy(run_dir, reference.checkpoint, precision="fp16").cell
+    else:
+        cell = reference.cell  # the very cell the training code evaluates
+    golden_batch = 1 if batch == "dynamic" else int(batch)
+
+    parent = os.path.dirname(os.path.abspath(out_dir)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out_dir))}.tmp-{os.getpid()}")
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    try:
+        export_info = {"formats": formats, "precision": precision, "batch": batch, "golden_batch": golden_batch}
+        conversion = {}
+        write_mindir(cell, spec.obs_dim, batch, os.path.join(tmp, "actor.mindir"))
+        if "onnx" in formats:
+            export_info["onnx"] = write_onnx(cell, spec.obs_dim, golden_batch, os.path.join(tmp, "actor.onnx"))
+        if "om" in formats:
+            conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"),
+                                        export_info["onnx"]["input"], golden_batch, spec.obs_dim, soc_version, precision_mode)
+        conversion["lite"] = {
+            "note": "MindSpore Lite builds actor.mindir directly; its Ascend default is fp16, so load_policy "
+                    "always sets context.ascend.precision_mode (default enforce_fp32)",
+            "default_precision_mode": "enforce_fp32"}
+        export_info["conversion"] = conversion
+
+        obs, counts = golden_observations(reference, golden)
+        actions = actions_at_batch(reference, obs, golden_batch)
+        with open(os.path.join(tmp, "golden.npz"), "wb") as fh:
+            np.savez(fh, obs=obs, actions=actions)
+
+        files = {name: file_sha256(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
+        out_dtype = "int32" if spec.discrete else "float32"
+        out_shape = [None if batch == "dynamic" else golden_batch] + ([] if spec.discrete else [spec.n_actions])
+        manifest = {
+            "schema_version": mf.SCHEMA_VERSION,
+            "created": mf.now_iso(),
+            "msrl_version": mf.versions()["msrl_consistent"],
+            "versions": mf.versions(),
+            "algorithm": reference.cfg.algorithm,
+            "env_id": reference.cfg.env.id,
+            "env": to_dict(reference.cfg.env),
+            "spaces": spec.to_json(),
+            "source": {"run_dir": os.path.abspath(run_dir), "checkpoint": os.path.abspath(reference.checkpoint),
+                       "checkpoint_sha256": file_sha256(reference.checkpoint), "config": to_dict(reference.cfg)},
+            "export": export_info,
+            "io": {"input": {"name": INPUT_NAME, "shape": [None if batch == "dynamic" else golden_batch, spec.obs_dim],
+                             "dtype": "float32"},
+                   "output": {"name": OUTPUT_NAME, "shape": out_shape, "dtype": out_dtype},
+                   "post_processing": _post_processing(spec, reference.agent.squash, head_override is not None)},
+            "files": files,
+            "golden": {"file": "golden.npz", "count": int(len(obs)), "batch": golden_batch,
+                       "reference": "training cell, fp32", **counts},
+        }
+        atomic_write_text(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2) + "\n")
+        _swap_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _post_processing(spec, squash: bool, raw: bool) -> str:
+    if raw:
+        return "none (raw network output; for testing verify only)"
+    if spec.discrete:
+        return "argmax over logits, int32"
+    if squash:
+        return "low + (tanh(u) + 1) / 2 * (high - low), clipped to [low, high]"
+    return "Gaussian mean clipped to [low, high]"
+
+
+def _swap_into_place(tmp: str, out_dir: str) -> None:
+    """Rename the finished export into place; an existing one is removed only after that."""
+    if os.path.isdir(out_dir):
+        old = f"{tmp}.old"
+        os.replace(out_dir, old)
+        try:
+            os.replace(tmp, out_dir)
+        except BaseException:
+            os.replace(old, out_dir)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out_dir)

@@ -1,0 +1,17 @@
+"""MindIR writer: the policy cell as one graph, with a dynamic or fixed batch dimension."""
+from __future__ import annotations
+
+import os
+
+import mindspore as ms
+from mindspore import Tensor
+
+
+def write_mindir(cell, obs_dim: int, batch, out_path: str) -> str:
+    """Export ``cell`` to ``out_path`` (must end in .mindir). ``batch`` is an int or 'dynamic'."""
+    assert out_path.endswith(".mindir")
+    shape = [None if batch == "dynamic" else int(batch), obs_dim]
+    ms.export(cell, Tensor(shape=shape, dtype=ms.float32), file_name=out_path[: -len(".mindir")], file_format="MINDIR")
+    if not os.path.isfile(out_path):  # pragma: no cover - MindSpore writes the file or raises
+        raise RuntimeError(f"mindspore.export did not write {out_path}")
+    return out_path

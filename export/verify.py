@@ -1,0 +1,225 @@
+"""`msrl verify`: prove, with numbers, that an exported artifact acts like the training cell.
+
+1. Integrity: every file's sha256 against the manifest (exit 2 on a mismatch).
+2. Golden set: the backend's actions for the recorded observations, at the exported batch
+   shape, against the training cell's recorded actions: max abs / rel error, discrete
+   agreement, first mismatch.
+3. Rollouts (when the source run is present): N seeded episodes driven by the exported
+   policy, with the training cell's action computed on the same observation at every step,
+   and N episodes driven by the training cell: whether the trajectories are identical (or
+   the first step where they diverge) and the return delta.
+
+Pass criteria (defaults): backend mindspore with an fp32 export: bit-identical (atol 0) and
+identical trajectories; other backends: max abs error <= 1e-5 and identical discrete
+actions; fp16 exports: drift reported, fail when the mean return drops by more than 5%.
+Exit 0 pass, 1 mismatch, 2 integrity or usage error.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from msrl_consistent.checkpoint import atomic_write_text
+from msrl_consistent.envs import make_env, space_spec
+from msrl_consistent.runtime import TrainCellPolicy, load_policy
+
+from .exporter import actions_at_batch
+from .manifest import check_integrity, read_manifest
+
+DEFAULT_ATOL = {"mindspore": 0.0, "onnxruntime": 1e-5, "lite": 1e-5}
+FP16_MAX_RETURN_DROP = 0.05
+
+
+def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: float) -> dict:
+    pred = np.asarray(pred)
+    ref = np.asarray(ref)
+    if pred.shape != ref.shape:
+        return {"shape_mismatch": True, "pred_shape": list(pred.shape), "ref_shape": list(ref.shape),
+                "passed": False, "first_mismatch": 0}
+    out = {"count": int(len(ref))}
+    if discrete:
+        equal = pred.astype(np.int64) == ref.astype(np.int64)
+        out["agreement"] = float(equal.mean())
+        bad = np.nonzero(~equal)[0]
+        out["first_mismatch"] = int(bad[0]) if bad.size else None
+        out["passed"] = bool(equal.all())
+        out["bit_identical"] = bool(np.array_equal(pred, ref) and pred.dtype == ref.dtype)
+        return out
+    err = np.abs(pred.astype(np.float64) - ref.astype(np.float64))
+    rel = err / np.maximum(np.abs(ref.astype(np.float64)), 1e-8)
+    row_err = err.reshape(len(err), -1).max(axis=1)
+    bad = np.nonzero(row_err > atol)[0]
+    out.update({"max_abs_error": float(err.max()), "mean_abs_error": float(err.mean()),
+                "max_rel_error": float(rel.max()), "bit_identical": bool(np.array_equal(pred, ref)),
+                "first_mismatch": int(bad[0]) if bad.size else None, "passed": bool(bad.size == 0)})
+    return out
+
+
+def _episode(env, act, seed: int, ref_act=None):
+    """One seeded episode driven by ``act``; with ``ref_act`` also the reference action per step."""
+    obs, _ = env.reset(seed=seed)
+    traj_obs, traj_act, ref_acts, ret, done = [], [], [], 0.0, False
+    while not done:
+        x = np.asarray(obs, np.float32).reshape(1, -1)
+        a = np.asarray(act(x)).reshape(-1)
+        traj_obs.append(x[0])
+        traj_act.append(a)
+        if ref_act is not None:
+            ref_acts.append(np.asarray(ref_act(x)).reshape(-1))
+        step_a = int(a[0]) if np.issubdtype(a.dtype, np.integer) else a.astype(np.float32)
+        obs, r, term, trunc, _ = env.step(step_a)
+        ret += float(r)
+        done = term or trunc
+    return {"obs": np.asarray(traj_obs), "act": np.asarray(traj_act), "ref": np.asarray(ref_acts) if ref_acts else None,
+            "return": ret}
+
+
+def _first_divergence(a: dict, b: dict) -> Optional[int]:
+    n = min(len(a["obs"]), len(b["obs"]))
+    for t in range(n):
+        if not (np.array_equal(a["obs"][t], b["obs"][t]) and np.array_equal(a["act"][t], b["act"][t])):
+            return t
+    return None if len(a["obs"]) == len(b["obs"]) else n
+
+
+def rollouts(exported, reference, env_cfg, episodes: int, seed: int, discrete: bool, atol: float) -> dict:
+    env = make_env(env_cfg)
+    try:
+        per = []
+        same_obs_err = []
+        disagree = 0
+        steps = 0
+        for i in range(episodes):
+            ex = _episode(env, exported.act, seed + i, ref_act=reference.act)
+            rf = _episode(env, reference.act, seed + i)
+            div = _first_divergence(ex, rf)
+            if discrete:
+                mism = int((ex["act"].astype(np.int64) != ex["ref"].astype(np.int64)).sum())
+                disagree += mism
+            else:
+                same_obs_err.append(float(np.abs(ex["act"].astype(np.float64) - ex["ref"]).max()))
+            steps += len(ex["act"])
+            per.append({"seed": seed + i, "return_exported": ex["return"], "return_training": rf["return"],
+                        "length_exported": len(ex["act"]), "length_training": len(rf["act"]),
+                        "identical": div is None, "first_divergence_step": div})
+    finally:
+        env.close()
+    r_ex = np.array([p["return_exported"] for p in per])
+    r_tr = np.array([p["return_training"] for p in per])
+    out = {"episodes": episodes, "seed": seed, "steps": steps,
+           "identical_episodes": int(sum(p["identical"] for p in per)),
+           "mean_return_exported": float(r_ex.mean()), "mean_return_training": float(r_tr.mean()),
+           "return_delta": float(r_ex.mean() - r_tr.mean()), "per_episode": per}
+    if discrete:
+        out["same_state_action_disagreements"] = disagree
+    else:
+        out["same_state_max_abs_error"] = float(max(same_obs_err)) if same_obs_err else 0.0
+    return out
+
+
+def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 20, seed: int = 0,
+                  atol: Optional[float] = None, write_report: bool = True, **backend_kwargs) -> dict:
+    """Run every check; returns the report (``report["passed"]``). Raises IntegrityError /
+    ConfigError for exit-2 conditions."""
+    manifest = read_manifest(export_dir)
+    hashes = check_integrity(export_dir, manifest)
+    precision = manifest["export"]["precision"]
+    atol = DEFAULT_ATOL.get(backend, 1e-5) if atol is None else float(atol)
+    policy = load_policy(export_dir, backend=backend, **backend_kwargs)
+    discrete = policy.spec.discrete
+    with np.load(os.path.join(export_dir, "golden.npz"), allow_pickle=False) as g:
+        g_obs, g_act = g["obs"], g["actions"]
+    batch = int(manifest["golden"]["batch"])
+    pred = actions_at_batch(policy, g_obs, batch)
+    golden = compare_actions(pred, g_act, discrete, atol)
+    golden["batch"] = batch
+    if manifest["export"]["batch"] == "dynamic" and backend != "onnxruntime":
+        # Batch sensitivity: the whole set in one call against the recorded batch-1 actions.
+        whole = policy.run_batched(policy.validate(g_obs))
+        sens = compare_actions(whole, g_act, discrete, 0.0)
+        golden["batch_sensitivity"] = {"batch": int(len(g_obs)),
+                                       **{k: sens[k] for k in ("max_abs_error", "agreement", "bit_identical") if k in sens}}
+
+    report = {"export_dir": os.path.abspath(export_dir), "backend": backend, "precision": precision,
+              "atol": atol, "integrity": {"checked": sorted(hashes), "passed": True}, "golden": golden}
+    src_run = manifest["source"]["run_dir"]
+    if episodes > 0 and os.path.isdir(src_run):
+        reference = TrainCellPolicy(src_run, manifest["source"]["checkpoint"])
+        report["rollouts"] = rollouts(policy, reference, policy.env_config(), episodes, seed, discrete, atol)
+    else:
+        report["rollouts"] = None
+        report["rollouts_skipped"] = ("episodes=0" if episodes <= 0 else f"source run {src_run} is not present")
+
+    report["criteria"], report["passed"] = _judge(report, backend, precision, discrete)
+    if write_report:
+        atomic_write_text(os.path.join(export_dir, "report.json"), json.dumps(report, indent=2) + "\n")
+        atomic_write_text(os.path.join(export_dir, "report.md"), render_markdown(report))
+    return report
+
+
+def _judge(report: dict, backend: str, precision: str, discrete: bool):
+    golden, roll = report["golden"], report["rollouts"]
+    crit = []
+    if precision == "fp16":
+        crit.append({"name": "golden set drift (reported, not a criterion for fp16)", "passed": True,
+                     "value": golden.get("max_abs_error", golden.get("agreement"))})
+        if roll is not None:
+            ref = roll["mean_return_training"]
+            drop = (ref - roll["mean_return_exported"]) / max(abs(ref), 1e-8)
+            crit.append({"name": f"mean return drop <= {FP16_MAX_RETURN_DROP:.0%}", "value": drop,
+                         "passed": bool(drop <= FP16_MAX_RETURN_DROP)})
+    else:
+        strict = backend == "mindspore"
+        name = "golden set bit-identical" if strict and report["atol"] == 0 else f"golden set within atol {report['atol']:g}"
+        if discrete:
+            name = "golden set discrete actions identical"
+        crit.append({"name": name, "passed": bool(golden["passed"]), "first_mismatch": golden.get("first_mismatch")})
+        if roll is not None:
+            if strict and report["atol"] == 0:
+                crit.append({"name": "rollouts identical step for step", "passed": roll["identical_episodes"] == roll["episodes"],
+                             "value": f"{roll['identical_episodes']}/{roll['episodes']}"})
+            elif discrete:
+                crit.append({"name": "rollouts: same action as the training cell at every visited state",
+                             "passed": roll["same_state_action_disagreements"] == 0,
+                             "value": roll["same_state_action_disagreements"]})
+            else:
+                crit.append({"name": f"rollouts: action error at visited states <= atol {report['atol']:g}",
+                             "passed": roll["same_state_max_abs_error"] <= report["atol"],
+                             "value": roll["same_state_max_abs_error"]})
+    return crit, all(c["passed"] for c in crit)
+
+
+def render_markdown(r: dict) -> str:
+    g = r["golden"]
+    lines = [f"# msrl verify: {'PASS' if r['passed'] else 'FAIL'}", "",
+             f"- export: `{r['export_dir']}`", f"- backend: {r['backend']}, precision: {r['precision']}, atol: {r['atol']:g}",
+             f"- integrity: sha256 of {', '.join(r['integrity']['checked'])} match the manifest", "",
+             "## Golden set", "", "| metric | value |", "| --- | --- |",
+             f"| observations | {g.get('count')} (batch {g.get('batch')}) |"]
+    for k in ("agreement", "max_abs_error", "mean_abs_error", "max_rel_error", "bit_identical", "first_mismatch"):
+        if k in g:
+            lines.append(f"| {k} | {g[k]} |")
+    if "batch_sensitivity" in g:
+        bs = g["batch_sensitivity"]
+        lines.append(f"| batch sensitivity (all {bs['batch']} in one call vs batch {g.get('batch')}) | "
+                     + ", ".join(f"{k} {v}" for k, v in bs.items() if k != "batch") + " |")
+    roll = r.get("rollouts")
+    lines += ["", "## Rollouts", ""]
+    if roll is None:
+        lines.append(f"skipped: {r.get('rollouts_skipped')}")
+    else:
+        lines += [f"{roll['episodes']} episodes from seed {roll['seed']}: {roll['identical_episodes']} identical "
+                  f"step for step; mean return exported {roll['mean_return_exported']:.3f}, training cell "
+                  f"{roll['mean_return_training']:.3f} (delta {roll['return_delta']:+.3f}).", "",
+                  "| seed | return exported | return training | identical | first divergence |",
+                  "| --- | --- | --- | --- | --- |"]
+        for p in roll["per_episode"]:
+            lines.append(f"| {p['seed']} | {p['return_exported']:.3f} | {p['return_training']:.3f} | "
+                         f"{p['identical']} | {p['first_divergence_step']} |")
+    lines += ["", "## Criteria", "", "| criterion | passed | value |", "| --- | --- | --- |"]
+    for c in r["criteria"]:
+        lines.append(f"| {c['name']} | {c['passed']} | {c.get('value', c.get('first_mismatch', ''))} |")
+    return "\n".join(lines) + "\n"
