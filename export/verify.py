@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from msrl_consistent.checkpoint import atomic_write_text
-from msrl_consistent.envs import make_env, space_spec
+from msrl_consistent.envs import make_env
 from msrl_consistent.runtime import TrainCellPolicy, load_policy
 
 from .exporter import actions_at_batch
@@ -136,7 +136,7 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
     pred = actions_at_batch(policy, g_obs, batch)
     golden = compare_actions(pred, g_act, discrete, atol)
     golden["batch"] = batch
-    if manifest["export"]["batch"] == "dynamic" and backend != "onnxruntime":
+    if manifest["export"]["batch"] == "dynamic" and backend != "onnxruntime" and not golden.get("shape_mismatch"):
         # Batch sensitivity: the whole set in one call against the recorded batch-1 actions.
         whole = policy.run_batched(policy.validate(g_obs))
         sens = compare_actions(whole, g_act, discrete, 0.0)
@@ -146,7 +146,15 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
     report = {"export_dir": os.path.abspath(export_dir), "backend": backend, "precision": precision,
               "atol": atol, "integrity": {"checked": sorted(hashes), "passed": True}, "golden": golden}
     src_run = manifest["source"]["run_dir"]
-    if episodes > 0 and os.path.isdir(src_run):
+    if golden.get("shape_mismatch") or pred.dtype.kind != g_act.dtype.kind:
+        # The artifact does not even return environment actions (e.g. logits instead of an
+        # index): nothing to roll out.
+        golden["passed"] = False
+        golden["output_mismatch"] = (f"artifact returns {pred.dtype} {list(pred.shape)}, the training cell "
+                                     f"{g_act.dtype} {list(g_act.shape)}")
+        report["rollouts"] = None
+        report["rollouts_skipped"] = "the artifact's output is not an environment action: " + golden["output_mismatch"]
+    elif episodes > 0 and os.path.isdir(src_run):
         reference = TrainCellPolicy(src_run, manifest["source"]["checkpoint"])
         report["rollouts"] = rollouts(policy, reference, policy.env_config(), episodes, seed, discrete, atol)
     else:
@@ -199,7 +207,8 @@ def render_markdown(r: dict) -> str:
              f"- integrity: sha256 of {', '.join(r['integrity']['checked'])} match the manifest", "",
              "## Golden set", "", "| metric | value |", "| --- | --- |",
              f"| observations | {g.get('count')} (batch {g.get('batch')}) |"]
-    for k in ("agreement", "max_abs_error", "mean_abs_error", "max_rel_error", "bit_identical", "first_mismatch"):
+    for k in ("output_mismatch", "agreement", "max_abs_error", "mean_abs_error", "max_rel_error", "bit_identical",
+              "first_mismatch"):
         if k in g:
             lines.append(f"| {k} | {g[k]} |")
     if "batch_sensitivity" in g:

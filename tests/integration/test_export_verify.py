@@ -1,0 +1,174 @@
+"""msrl export / verify / eval on exports: bit-identical MindIR, ONNX within 1e-5, failures caught."""
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from msrl_consistent.cli import main
+from msrl_consistent.config import ConfigError
+from msrl_consistent.export.exporter import export_run
+from msrl_consistent.export.manifest import IntegrityError, read_manifest
+from msrl_consistent.export.verify import verify_export
+from msrl_consistent.networks import IdentityHead
+from msrl_consistent.runtime import BackendUnavailable, load_policy
+
+
+@pytest.fixture(scope="module")
+def cartpole_export(cartpole_run, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("exp") / "cartpole")
+    assert main(["export", cartpole_run, "--out", out, "--format", "mindir,onnx", "--golden", "256"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def pendulum_export(pendulum_run, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("exp") / "pendulum")
+    export_run(pendulum_run, out, formats=["mindir", "onnx"], golden=256)
+    return out
+
+
+def test_manifest_contents(cartpole_export, cartpole_run):
+    m = read_manifest(cartpole_export)
+    assert set(m["files"]) == {"actor.mindir", "actor.onnx", "golden.npz"}
+    assert m["algorithm"] == "ppo" and m["env_id"] == "CartPole-v1"
+    assert m["source"]["run_dir"] == os.path.abspath(cartpole_run)
+    assert len(m["source"]["checkpoint_sha256"]) == 64
+    assert m["spaces"]["action"] == {"type": "Discrete", "n": 2, "dtype": "int32"}
+    assert m["io"]["input"]["shape"] == [None, 4] and m["io"]["output"]["dtype"] == "int32"
+    assert m["export"]["onnx"]["output_elem_type"] == "INT32"
+    for k in ("mindspore", "numpy", "gymnasium", "python", "msrl_consistent"):
+        assert k in m["versions"]
+    with np.load(os.path.join(cartpole_export, "golden.npz"), allow_pickle=False) as g:
+        assert g["obs"].shape == (256, 4) and g["actions"].shape == (256,) and g["actions"].dtype == np.int32
+
+
+def test_verify_mindspore_bit_identical(cartpole_export, capsys):
+    rc = main(["verify", cartpole_export, "--episodes", "3", "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert rc == 0 and r["passed"]
+    assert r["golden"]["agreement"] == 1.0 and r["golden"]["bit_identical"]
+    assert r["rollouts"]["identical_episodes"] == 3
+    assert os.path.isfile(os.path.join(cartpole_export, "report.md"))
+
+
+def test_verify_onnxruntime(cartpole_export):
+    r = verify_export(cartpole_export, backend="onnxruntime", episodes=2)
+    assert r["passed"] and r["golden"]["agreement"] == 1.0
+    assert r["rollouts"]["same_state_action_disagreements"] == 0
+
+
+def test_continuous_export_bit_identical_and_onnx_close(pendulum_export, pendulum_run):
+    r = verify_export(pendulum_export, backend="mindspore", episodes=2)
+    assert r["passed"] and r["golden"]["bit_identical"] and r["golden"]["max_abs_error"] == 0.0
+    assert r["rollouts"]["identical_episodes"] == 2
+    r2 = verify_export(pendulum_export, backend="onnxruntime", episodes=1)
+    assert r2["passed"] and r2["golden"]["max_abs_error"] <= 1e-5
+    # actions respect the Box bounds, normalization lives inside the graph
+    with np.load(os.path.join(pendulum_export, "golden.npz")) as g:
+        assert g["actions"].min() >= -2.0 and g["actions"].max() <= 2.0
+    m = read_manifest(pendulum_export)
+    assert m["env"]["normalize_obs"] is True
+
+
+def test_raw_output_export_is_a_mismatch(cartpole_run, tmp_path, capsys):
+    # exported without its post-processing: logits instead of the argmax index
+    out = str(tmp_path / "raw")
+    export_run(cartpole_run, out, golden=128, head_override=IdentityHead())
+    rc = main(["verify", out, "--episodes", "1", "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert rc == 1 and not r["passed"]
+    assert "not an environment action" in r["rollouts_skipped"]
+    assert "float32 [128, 2]" in r["golden"]["output_mismatch"]
+
+
+def test_flipped_byte_is_integrity_error(cartpole_run, tmp_path, capsys):
+    out = str(tmp_path / "e")
+    export_run(cartpole_run, out, golden=64)
+    path = os.path.join(out, "actor.mindir")
+    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    rc = main(["verify", out])
+    err = capsys.readouterr().err
+    assert rc == 2 and "actor.mindir" in err and "sha256" in err
+
+
+def test_manifest_schema_checked(cartpole_export, tmp_path):
+    import shutil
+    d = tmp_path / "m"
+    shutil.copytree(cartpole_export, d)
+    m = json.loads((d / "manifest.json").read_text())
+    m["schema_version"] = 99
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IntegrityError, match="unknown schema_version 99"):
+        read_manifest(str(d))
+    del m["files"]
+    m["schema_version"] = 1
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IntegrityError, match="missing fields files"):
+        read_manifest(str(d))
+
+
+def test_fp16_export_reports_drift(cartpole_run, tmp_path):
+    out = str(tmp_path / "fp16")
+    m = export_run(cartpole_run, out, precision="fp16", golden=128)
+    assert m["export"]["precision"] == "fp16"
+    r = verify_export(out, episodes=2)
+    names = [c["name"] for c in r["criteria"]]
+    assert any("return drop" in n for n in names)
+    assert "agreement" in r["golden"]
+
+
+def test_fixed_batch_export(cartpole_run, tmp_path):
+    out = str(tmp_path / "b8")
+    m = export_run(cartpole_run, out, formats=["mindir", "onnx"], batch=8, golden=100)
+    assert m["io"]["input"]["shape"] == [8, 4] and m["golden"]["batch"] == 8
+    for backend in ("mindspore", "onnxruntime"):
+        r = verify_export(out, backend=backend, episodes=1)
+        assert r["passed"], backend
+        p = load_policy(out, backend=backend)
+        assert p.act(np.zeros((3, 4), np.float32)).shape == (3,)  # padded to 8 inside
+
+
+def test_export_refuses_existing_dir(cartpole_run, cartpole_export):
+    before = open(os.path.join(cartpole_export, "manifest.json")).read()
+    with pytest.raises(ConfigError, match="exists and is not empty"):
+        export_run(cartpole_run, cartpole_export)
+    assert open(os.path.join(cartpole_export, "manifest.json")).read() == before
+
+
+def test_runtime_input_validation(cartpole_export):
+    p = load_policy(cartpole_export, backend="mindspore")
+    assert p.act(np.zeros(4, np.float32)).shape == ()
+    assert p.act(np.zeros((5, 4), np.float64)).shape == (5,)
+    with pytest.raises(ValueError, match=r"shape \(4,\) or \(batch, 4\), got shape \(3,\)"):
+        p.act(np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="got dtype int64"):
+        p.act(np.zeros(4, np.int64))
+    with pytest.raises(ValueError, match="finite"):
+        p.act(np.array([0, np.nan, 0, 0], np.float32))
+    with pytest.raises(ValueError, match="got shape"):
+        p.act(np.zeros((2, 2, 4), np.float32))
+
+
+def test_lite_backend_missing_is_clear(cartpole_export):
+    pytest.importorskip("mindspore")
+    try:
+        import mindspore_lite  # noqa: F401
+        pytest.skip("mindspore_lite is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(BackendUnavailable, match="MindSpore Lite"):
+        load_policy(cartpole_export, backend="lite")
+
+
+def test_eval_export_reports_latency(cartpole_export, capsys):
+    assert main(["eval", cartpole_export, "--backend", "onnxruntime", "--episodes", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backend"] == "onnxruntime" and out["latency_us"]["p50"] > 0 and out["latency_us"]["p99"] >= out["latency_us"]["p50"]
+    assert main(["eval", cartpole_export, "--backend", "mindspore", "--episodes", "2", "--json"]) == 0
+    out2 = json.loads(capsys.readouterr().out)
+    assert out2["returns"] == out["returns"]  # same seeds, same discrete actions

@@ -1,0 +1,144 @@
+"""Config loading: typed fields, clear errors naming file/key/value, exit code 2 from the CLI."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import msrl_consistent.algorithms  # noqa: F401  (registers algorithm configs)
+from msrl_consistent.cli import main
+from msrl_consistent.config import ConfigError, apply_overrides, field_docs, load_config, Config, EnvConfig
+
+
+def write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_shipped_configs_load(configs_dir):
+    cfg = load_config(os.path.join(configs_dir, "ppo", "CartPole-v1.yaml"))
+    # RL-Zoo's tuned CartPole values
+    assert (cfg.env.n_envs, cfg.algo.n_steps, cfg.algo.batch_size, cfg.algo.n_epochs) == (8, 32, 256, 20)
+    assert (cfg.algo.gae_lambda, cfg.algo.gamma, cfg.algo.ent_coef) == (0.8, 0.98, 0.0)
+    assert cfg.algo.learning_rate == 1e-3 and cfg.algo.lr_schedule == "linear"
+    assert cfg.algo.clip_range == 0.2 and cfg.algo.clip_range_schedule == "linear"
+    assert cfg.total_timesteps == 100000
+    for algo_dir in os.listdir(configs_dir):
+        for f in os.listdir(os.path.join(configs_dir, algo_dir)):
+            load_config(os.path.join(configs_dir, algo_dir, f))
+
+
+def test_unknown_key_names_key_file_and_closest(tmp_path):
+    path = write(tmp_path, "algorithm: ppo\nalgo:\n  learnin_rate: 0.1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    msg = str(e.value)
+    assert "algo.learnin_rate" in msg and path in msg and "algo.learning_rate" in msg
+
+
+def test_unknown_top_level_key(tmp_path):
+    path = write(tmp_path, "algorithm: ppo\ntotal_timestep: 10\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'total_timestep'; did you mean 'total_timesteps'"):
+        load_config(path)
+
+
+def test_wrong_type_names_key_value_and_type(tmp_path):
+    path = write(tmp_path, "algorithm: ppo\nalgo:\n  n_epochs: ten\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "algo.n_epochs" in str(e.value) and "'ten'" in str(e.value) and "expected int" in str(e.value)
+
+
+def test_scientific_notation_for_int_and_float(tmp_path):
+    path = write(tmp_path, "algorithm: ppo\ntotal_timesteps: 1e5\nalgo:\n  learning_rate: 3e-4\n")
+    cfg = load_config(path)
+    assert cfg.total_timesteps == 100000 and isinstance(cfg.total_timesteps, int)
+    assert cfg.algo.learning_rate == pytest.approx(3e-4)
+
+
+def test_non_integral_value_for_int_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="total_timesteps.*1.5e3|total_timesteps.*expected int"):
+        load_config(write(tmp_path, "algorithm: ppo\ntotal_timesteps: 1.5e3x\n"))
+    with pytest.raises(ConfigError, match="expected int"):
+        load_config(write(tmp_path, "algorithm: ppo\ntotal_timesteps: 1234.5\n"))
+
+
+def test_bool_is_not_an_int(tmp_path):
+    with pytest.raises(ConfigError, match="seed"):
+        load_config(write(tmp_path, "algorithm: ppo\nseed: true\n"))
+
+
+def test_range_checks(tmp_path):
+    with pytest.raises(ConfigError, match=r"algo.gamma.*1.5.*\[0, 1\]"):
+        load_config(write(tmp_path, "algorithm: ppo\nalgo: {gamma: 1.5}\n"))
+    with pytest.raises(ConfigError, match=r"env.n_envs"):
+        load_config(write(tmp_path, "algorithm: ppo\nenv: {n_envs: 0}\n"))
+
+
+def test_literal_choice_suggests(tmp_path):
+    with pytest.raises(ConfigError, match=r"activation.*'tahn'.*did you mean 'tanh'"):
+        load_config(write(tmp_path, "algorithm: ppo\npolicy: {activation: tahn}\n"))
+
+
+def test_unknown_algorithm(tmp_path):
+    with pytest.raises(ConfigError, match=r"algorithm.*'ppp'.*did you mean 'ppo'"):
+        load_config(write(tmp_path, "algorithm: ppp\n"))
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="config file not found: /nonexistent/x.yaml"):
+        load_config("/nonexistent/x.yaml")
+
+
+def test_malformed_yaml(tmp_path):
+    path = write(tmp_path, "algorithm: ppo\nalgo: {n_steps: [1, 2\n")
+    with pytest.raises(ConfigError, match="malformed YAML"):
+        load_config(path)
+
+
+def test_yaml_is_never_evaluated(tmp_path):
+    path = write(tmp_path, "algorithm: !!python/object/apply:os.system ['echo hacked']\n")
+    with pytest.raises(ConfigError, match="malformed YAML"):
+        load_config(path)
+
+
+def test_document_must_be_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_set_overrides_typed(tmp_path, configs_dir):
+    cfg = load_config(os.path.join(configs_dir, "ppo", "CartPole-v1.yaml"),
+                      ["algo.learning_rate=3e-4", "env.n_envs=2", "policy.net_arch=[32, 32]", "algo.target_kl=0.02"])
+    assert cfg.algo.learning_rate == pytest.approx(3e-4) and cfg.env.n_envs == 2
+    assert cfg.policy.net_arch == [32, 32] and cfg.algo.target_kl == pytest.approx(0.02)
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        apply_overrides({}, ["novalue"])
+    with pytest.raises(ConfigError, match=r"env.n_envs.*'x'"):
+        load_config(os.path.join(configs_dir, "ppo", "CartPole-v1.yaml"), ["env.n_envs=x"])
+
+
+def test_every_field_documented():
+    from msrl_consistent.algorithms import ALGORITHMS
+    classes = [Config, EnvConfig] + [a.config_cls for a in ALGORITHMS.values()]
+    for cls in classes:
+        for name, tp, default, doc in field_docs(cls):
+            assert doc, f"{cls.__name__}.{name} has no docstring line"
+
+
+def test_cli_config_error_exit_2(tmp_path, capsys):
+    path = write(tmp_path, "algorithm: ppo\nalgo: {n_stpes: 8}\n")
+    rc = main(["train", path, "--run-dir", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "msrl: error:" in err and "algo.n_stpes" in err and "algo.n_steps" in err
+    assert not (tmp_path / "run").exists()  # nothing written for a bad config
+
+
+def test_cli_subprocess_no_traceback(tmp_path):
+    path = write(tmp_path, "algorithm: ppo\nseed: [1]\n")
+    proc = subprocess.run([sys.executable, "-m", "msrl_consistent.cli", "train", path, "--quiet"],
+                          capture_output=True, text=True, cwd=str(tmp_path))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "key 'seed'" in proc.stderr
