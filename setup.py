@@ -33,6 +33,7 @@ setup(
         "test": ["pytest", "hypothesis", "onnx", "onnxruntime"],
         "onnx": ["onnx", "onnxruntime"],
         "mujoco": ["gymnasium[mujoco]>=1.1,<2"],
+        "plot": ["matplotlib"],
         "bench": ["torch==2.13.0", "stable-baselines3", "onnx", "onnxruntime"],
     },
     entry_points={"console_scripts": ["msrl=msrl_consistent.cli:main"]},

@@ -58,7 +58,7 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
     ep = 0
     while sum(len(v) for v in visited) < n_roll and ep < 1000:
         obs_ep = []
-        run_episodes(policy.env_config(), policy.act, 1, seed + ep, on_step=lambda e, t, o, a: obs_ep.append(o))
+        run_episodes(policy.env_config(), policy.act, 1, seed + ep, on_step=lambda e, t, o, *_: obs_ep.append(o))
         visited.append(np.asarray(obs_ep, np.float32))
         ep += 1
     visited = np.concatenate(visited)
@@ -91,7 +91,8 @@ def actions_at_batch(policy, obs: np.ndarray, batch: int) -> np.ndarray:
 
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),
                precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
-               precision_mode: Optional[str] = None, force: bool = False, head_override=None) -> dict:
+               precision_mode: Optional[str] = None, force: bool = False, head_override=None,
+               precision_sweep: bool = False, sweep_episodes: int = 10) -> dict:
     """Export a run's policy; returns the manifest. ``head_override`` exists for tests that
     prove verify catches a policy exported without its action post-processing."""
     formats = list(formats)
@@ -146,6 +147,12 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         actions = actions_at_batch(reference, obs, golden_batch)
         with open(os.path.join(tmp, "golden.npz"), "wb") as fh:
             np.savez(fh, obs=obs, actions=actions)
+        sweep = None
+        if precision_sweep:
+            from .sweep import precision_sweep as run_sweep, sweep_markdown
+            sweep = run_sweep(run_dir, reference.checkpoint, obs, actions, golden_batch, sweep_episodes)
+            atomic_write_text(os.path.join(tmp, "precision_sweep.json"), json.dumps(sweep, indent=2) + "\n")
+            atomic_write_text(os.path.join(tmp, "precision_sweep.md"), sweep_markdown(sweep))
 
         files = {name: file_sha256(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
         out_dtype = "int32" if spec.discrete else "float32"
@@ -170,6 +177,8 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
             "golden": {"file": "golden.npz", "count": int(len(obs)), "batch": golden_batch,
                        "reference": "training cell, fp32", **counts},
         }
+        if sweep is not None:
+            manifest["precision_sweep"] = {"file": "precision_sweep.md", "rows": sweep["rows"]}
         atomic_write_text(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2) + "\n")
         _swap_into_place(tmp, out_dir)
     except BaseException:

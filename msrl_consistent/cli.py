@@ -69,22 +69,37 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     import numpy as np
 
-    from .runtime import load_policy, is_export_dir, read_run_config
+    from .runtime import is_export_dir, load_policy
     from .envs import run_episodes
 
     path = args.path
     if is_export_dir(path):
         backend = args.backend or "mindspore"
-        policy = load_policy(path, backend=backend, device=args.device_id)
-        env_cfg = policy.env_config()
     else:
         if args.backend not in (None, "train"):
             raise UsageError(f"{path} is a run directory: only --backend train applies (got {args.backend!r})")
         backend = "train"
-        policy = load_policy(path, backend="train", checkpoint=args.checkpoint)
-        env_cfg = policy.env_config()
+    if args.record_limit < 1:
+        raise UsageError(f"--record-limit {args.record_limit}: expected a positive number of observations")
+    policy = load_policy(path, backend=backend, device=args.device_id, checkpoint=args.checkpoint,
+                         record=args.record, record_limit=args.record_limit)
+    env_cfg = policy.env_config()
     seed = args.seed if args.seed is not None else 0
-    res = run_episodes(env_cfg, policy.act, args.episodes, seed)
+    rec = policy.recorder
+    on_step = None
+    if rec is not None:
+        totals = {}
+
+        def on_step(ep, t, obs, action, reward, done):
+            rec.step_result(reward, done)
+            totals[ep] = totals.get(ep, 0.0) + reward
+            if done:
+                rec.episode(seed + ep, totals[ep], t + 1)
+    try:
+        res = run_episodes(env_cfg, policy.act, args.episodes, seed, on_step=on_step)
+    finally:
+        if rec is not None:
+            rec.close()  # flushed on normal exit, on an exception and on SIGINT/SIGTERM
     lat = np.asarray(res["latencies"]) * 1e6
     out = {
         "path": path, "backend": backend, "env": env_cfg.id, "episodes": args.episodes, "seed": seed,
@@ -106,7 +121,8 @@ def cmd_export(args) -> int:
 
     m = export_run(args.run_dir, args.out, checkpoint=args.checkpoint, formats=parse_formats(args.format),
                    precision=args.precision, batch=parse_batch(args.batch), golden=args.golden,
-                   soc_version=args.soc_version, precision_mode=args.precision_mode, force=args.force)
+                   soc_version=args.soc_version, precision_mode=args.precision_mode, force=args.force,
+                   precision_sweep=args.precision_sweep, sweep_episodes=args.sweep_episodes)
     if args.json:
         print(json.dumps(m))
     else:
@@ -140,6 +156,26 @@ def cmd_verify(args) -> int:
     return 0 if report["passed"] else 1
 
 
+def cmd_replay(args) -> int:
+    from msrl_consistent.export.replay import replay
+
+    r = replay(args.export_dir, args.trace, against=args.against, atol=args.atol)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        detail = (f"agreement {r['agreement']:.6f}" if "agreement" in r
+                  else f"max abs error {r.get('error', {}).get('max', 0.0):.3g}")
+        print(f"msrl replay [{r['recorded_backend']} vs {r['against']}]: {r['steps']} steps, {detail}; first "
+              f"difference at step {r['first_difference_step']}, first beyond atol {r['atol']:g} at step "
+              f"{r['first_divergence_step']}")
+        if "return_impact" in r:
+            ri = r["return_impact"]
+            print(f"  return: recorded {ri['recorded_mean_return']:.2f}, reference {ri['reference_mean_return']:.2f} "
+                  f"(delta {ri['delta']:+.2f}) over {ri['episodes']} episodes")
+        print(f"  {'PASS' if r['passed'] else 'DRIFT'}; report: {os.path.join(args.export_dir, 'replay-' + args.against + '.md')}")
+    return 0 if r["passed"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="msrl", description="MindSpore RL with train-inference consistency")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -163,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--backend", choices=["train", "mindspore", "onnxruntime", "lite"],
                    help="export directories: the runtime to use (default mindspore)")
     e.add_argument("--device-id", type=int, default=0, help="lite backend on Ascend: device id")
+    e.add_argument("--record", metavar="PATH", help="write every observation and action to the trace PATH (.npz)")
+    e.add_argument("--record-limit", type=int, default=100_000, help="at most this many observations in the trace")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
 
@@ -178,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--soc-version", help="OM: the Ascend SoC, e.g. Ascend310P3")
     x.add_argument("--precision-mode", help="OM: ATC precision mode (default must_keep_origin_dtype)")
     x.add_argument("--force", action="store_true", help="replace an existing export directory")
+    x.add_argument("--precision-sweep", action="store_true",
+                   help="also measure fp32 / fp16-matmul / fp16 emulations of the ATC and Lite precision modes "
+                        "(golden-set error, return delta) into precision_sweep.md")
+    x.add_argument("--sweep-episodes", type=int, default=10, help="seeded episodes per precision in the sweep")
     x.add_argument("--json", action="store_true", help="print the manifest as JSON")
     x.set_defaults(func=cmd_export)
 
@@ -192,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--device-id", type=int, default=0)
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
+
+    rp = sub.add_parser("replay", help="recompute a recorded trace with a reference and find where it drifts")
+    rp.add_argument("export_dir")
+    rp.add_argument("trace", help="trace written by `msrl eval --record` or load_policy(..., record=PATH)")
+    rp.add_argument("--against", default="train", choices=["train", "mindspore", "onnxruntime"])
+    rp.add_argument("--atol", type=float, help="tolerance (default 0 for mindspore-vs-training-cell fp32, else 1e-5)")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=cmd_replay)
     return p
 
 
@@ -209,8 +259,16 @@ def _usage_errors():
     return tuple(errors)
 
 
+def _sigterm(signum, frame):
+    raise SystemExit(143)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     _quiet_mindspore_logs()
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "eval" and args.episodes < 1:

@@ -164,7 +164,8 @@ def run_episodes(env_cfg: EnvConfig, act, episodes: int, seed: int, on_step=None
     """Roll out ``act`` (batch of 1 observation -> batch of 1 action) for seeded episodes.
 
     Episode i is reset with seed ``seed + i``. Returns returns, lengths and the wall time of
-    every ``act`` call (seconds). ``on_step(episode, t, obs, action)`` is called per step.
+    every ``act`` call (seconds). ``on_step(episode, t, obs, action, reward, done)`` is called
+    after every environment step.
     """
     import time
 
@@ -183,12 +184,12 @@ def run_episodes(env_cfg: EnvConfig, act, episodes: int, seed: int, on_step=None
                 latencies.append(time.perf_counter() - t0)
                 a = action.reshape(-1)
                 a = int(a[0]) if spec.discrete else a.astype(np.float32)
-                if on_step is not None:
-                    on_step(ep, t, batch[0], a)
                 obs, r, term, trunc, _ = env.step(a)
                 ret += float(r)
-                t += 1
                 done = term or trunc
+                if on_step is not None:
+                    on_step(ep, t, batch[0], a, float(r), bool(done))
+                t += 1
             returns.append(ret)
             lengths.append(t)
     finally:

@@ -159,6 +159,32 @@ class CastIO(nn.Cell):
         return ops.cast(out, ms.float32)
 
 
+class Fp16Matmul(nn.Cell):
+    """A Dense layer computing in float16 between float32 activations: emulates Ascend's
+    allow_fp32_to_fp16 / Lite's preferred_fp32 (matrix ops in fp16, vector ops kept fp32)."""
+
+    def __init__(self, dense: nn.Dense):
+        super().__init__()
+        self.dense = dense.to_float(ms.float16)
+
+    def construct(self, x):
+        return ops.cast(self.dense(ops.cast(x, ms.float16)), ms.float32)
+
+
+def fp16_matmuls(cell: nn.Cell) -> nn.Cell:
+    """Replace every nn.Dense inside SequentialCells of ``cell`` by Fp16Matmul (in place).
+    Build a new PolicyCell afterwards: a compiled graph does not see later changes."""
+    for _, sub in list(cell.cells_and_names()):
+        if isinstance(sub, nn.SequentialCell):
+            for i in range(len(sub)):
+                if isinstance(sub[i], nn.Dense):
+                    sub[i] = Fp16Matmul(sub[i])
+        for name, child in list(sub.name_cells().items()):
+            if isinstance(child, nn.Dense) and not isinstance(sub, (nn.SequentialCell, Fp16Matmul)):
+                setattr(sub, name, Fp16Matmul(child))
+    return cell
+
+
 def make_head(spec, squash: bool) -> nn.Cell:
     if spec.discrete:
         return ArgmaxHead()

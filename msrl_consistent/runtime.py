@@ -83,11 +83,21 @@ class Policy:
             raise ValueError(f"expected finite observations, got {arr[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
         return arr
 
+    recorder = None
+
     def act(self, obs) -> np.ndarray:
         single = np.ndim(obs) == 1
         x = self.validate(obs)
         out = self.run_batched(x)
+        if self.recorder is not None:
+            self.recorder.record(x, out)
         return out[0] if single else out
+
+    def start_recording(self, path: str, limit: int = 100_000, source_sha256: str = ""):
+        """Record every observation and action of later ``act`` calls into the trace ``path``."""
+        from .recording import TraceRecorder
+        self.recorder = TraceRecorder(path, source_sha256, self.backend, self.obs_dim, self.spec.discrete, limit)
+        return self.recorder
 
     def run_batched(self, x: np.ndarray) -> np.ndarray:
         """Run at the artifact's batch shape: chunks of ``fixed_batch`` (the last one padded)."""
@@ -144,6 +154,12 @@ class TrainCellPolicy(Policy):
         if precision == "fp16":
             import mindspore as ms
             self.cell = CastIO(self.cell.to_float(ms.float16), spec.discrete)
+        elif precision == "fp16-matmul":
+            from .networks import fp16_matmuls
+            fp16_matmuls(agent)
+            self.cell = agent.policy_cell()
+        elif precision != "fp32":
+            raise ValueError(f"precision {precision!r}: expected fp32, fp16 or fp16-matmul")
         self._Tensor = Tensor
 
     def _run(self, x: np.ndarray) -> np.ndarray:
@@ -270,8 +286,22 @@ class LitePolicy(ExportedPolicy):
 
 def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[str] = None,
                 device: int = 0, target: str = "cpu", precision_mode: Optional[str] = None,
-                precision: str = "fp32") -> Policy:
-    """Load a policy from a run directory (backend 'train') or an export directory."""
+                precision: str = "fp32", record: Optional[str] = None, record_limit: int = 100_000) -> Policy:
+    """Load a policy from a run directory (backend 'train') or an export directory.
+
+    ``record=PATH`` writes every observation given to ``act`` and every action returned to the
+    trace PATH (bounded by ``record_limit`` observations), tagged with the sha256 of the
+    export's manifest.json (or of the run's checkpoint), for ``msrl replay``.
+    """
+    policy = _load(path, backend, checkpoint, device, target, precision_mode, precision)
+    if record:
+        from .determinism import file_sha256
+        source = os.path.join(path, "manifest.json") if is_export_dir(path) else getattr(policy, "checkpoint", "")
+        policy.start_recording(record, record_limit, file_sha256(source) if source else "")
+    return policy
+
+
+def _load(path, backend, checkpoint, device, target, precision_mode, precision) -> Policy:
     if not os.path.isdir(path):
         raise ConfigError(f"no such run or export directory: {path}")
     if is_export_dir(path):

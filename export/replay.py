@@ -1,0 +1,144 @@
+"""`msrl replay`: recompute a recorded trace's actions with a reference and find where they drift.
+
+The reference is the training cell of the export's source run (``train``) or another backend
+(``mindspore``, ``onnxruntime``), run at the recorded batch shape (the trace keeps the size of
+every call). The report gives the first step whose action differs (bitwise) and the first one
+beyond the tolerance, the error distribution, and, where the trace recorded episodes (eval
+with --record), the return impact: the reference rolled out on the same episode seeds.
+Exit codes as verify: 0 within tolerance, 1 drift beyond it, 2 integrity or usage error.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from msrl_consistent.checkpoint import atomic_write_text
+from msrl_consistent.config import ConfigError
+from msrl_consistent.determinism import file_sha256
+from msrl_consistent.envs import run_episodes
+from msrl_consistent.recording import read_trace
+from msrl_consistent.runtime import load_policy
+
+from .manifest import IntegrityError, check_integrity, read_manifest
+
+AGAINST = ("train", "mindspore", "onnxruntime")
+
+
+def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray) -> np.ndarray:
+    outs, start = [], 0
+    for n in call_sizes:
+        n = int(n)
+        outs.append(reference.run_batched(reference.validate(obs[start:start + n])))
+        start += n
+    return np.concatenate(outs) if outs else np.zeros((0,))
+
+
+def default_atol(recorded_backend: str, against: str, precision: str) -> float:
+    same_engine = recorded_backend == "mindspore" and against in ("train", "mindspore")
+    return 0.0 if same_engine and precision == "fp32" else 1e-5
+
+
+def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optional[float] = None,
+           write_report: bool = True) -> dict:
+    if against not in AGAINST:
+        raise ConfigError(f"--against {against!r}: expected one of {', '.join(AGAINST)}")
+    manifest = read_manifest(export_dir)
+    check_integrity(export_dir, manifest)
+    trace = read_trace(trace_path)
+    meta = trace["meta"]
+    msha = file_sha256(os.path.join(export_dir, "manifest.json"))
+    if meta.get("manifest_sha256") != msha:
+        raise IntegrityError(f"{trace_path} was recorded from another artifact (manifest sha256 "
+                             f"{meta.get('manifest_sha256')!r}, {export_dir}/manifest.json is {msha})")
+    reference = load_policy(export_dir, backend=against)
+    obs, rec = trace["obs"], trace["actions"]
+    ref = recompute(reference, obs, trace["call_sizes"])
+    precision = manifest["export"]["precision"]
+    atol = default_atol(meta["backend"], against, precision) if atol is None else float(atol)
+    discrete = reference.spec.discrete
+    report = {"export_dir": os.path.abspath(export_dir), "trace": os.path.abspath(trace_path),
+              "recorded_backend": meta["backend"], "against": against, "precision": precision, "atol": atol,
+              "steps": int(len(obs)), "dropped": int(meta.get("dropped", 0))}
+    if discrete:
+        err = (rec.astype(np.int64) != ref.astype(np.int64)).astype(np.float64)
+        report["agreement"] = float(1.0 - err.mean()) if len(err) else 1.0
+    else:
+        err = np.abs(rec.astype(np.float64) - ref.astype(np.float64)).reshape(len(obs), -1).max(axis=1)
+        if len(err):
+            report["error"] = {"max": float(err.max()), "mean": float(err.mean()),
+                               **{f"p{q}": float(np.percentile(err, q)) for q in (50, 90, 99)}}
+    diff = np.nonzero(err > 0)[0]
+    beyond = np.nonzero(err > atol)[0]
+    report["first_difference_step"] = int(diff[0]) if diff.size else None
+    report["first_divergence_step"] = int(beyond[0]) if beyond.size else None
+    report["steps_beyond_atol"] = int(beyond.size)
+    if meta.get("episodes"):
+        seeds = [e["seed"] for e in meta["episodes"]]
+        rec_returns = [e["return"] for e in meta["episodes"]]
+        ref_returns = [run_episodes(reference.env_config(), reference.act, 1, s)["returns"][0] for s in seeds]
+        report["return_impact"] = {
+            "episodes": len(seeds), "recorded_mean_return": float(np.mean(rec_returns)),
+            "reference_mean_return": float(np.mean(ref_returns)),
+            "delta": float(np.mean(rec_returns) - np.mean(ref_returns)),
+            "per_episode": [{"seed": s, "recorded": a, "reference": b} for s, a, b in zip(seeds, rec_returns, ref_returns)]}
+    elif "rewards" in trace:
+        report["recorded_reward_sum"] = float(trace["rewards"].sum())
+    report["passed"] = report["first_divergence_step"] is None
+    if write_report:
+        base = os.path.join(export_dir, f"replay-{against}")
+        report["plot"] = _plot(err, atol, base + ".png", discrete)
+        atomic_write_text(base + ".json", json.dumps(report, indent=2) + "\n")
+        atomic_write_text(base + ".md", render_markdown(report))
+    return report
+
+
+def _plot(err: np.ndarray, atol: float, path: str, discrete: bool) -> Optional[str]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.plot(np.arange(len(err)), err, lw=0.8)
+    if not discrete and atol > 0:
+        ax.axhline(atol, color="r", ls="--", lw=0.8, label=f"atol {atol:g}")
+        ax.legend()
+    ax.set_xlabel("recorded step")
+    ax.set_ylabel("action mismatch" if discrete else "max abs action error")
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return os.path.basename(path)
+
+
+def render_markdown(r: dict) -> str:
+    lines = [f"# msrl replay: {'PASS' if r['passed'] else 'DRIFT'}", "",
+             f"- trace: `{r['trace']}` ({r['steps']} steps recorded with backend {r['recorded_backend']}"
+             f"{', ' + str(r['dropped']) + ' dropped past the limit' if r['dropped'] else ''})",
+             f"- reference: {r['against']}, export precision {r['precision']}, atol {r['atol']:g}",
+             f"- first step whose action differs at all: {r['first_difference_step']}",
+             f"- first step beyond atol: {r['first_divergence_step']} ({r['steps_beyond_atol']} steps beyond)"]
+    if "agreement" in r:
+        lines.append(f"- discrete agreement: {r['agreement']:.6f}")
+    if "error" in r:
+        e = r["error"]
+        lines.append(f"- action error: max {e['max']:.3g}, mean {e['mean']:.3g}, p50 {e['p50']:.3g}, "
+                     f"p90 {e['p90']:.3g}, p99 {e['p99']:.3g}")
+    if "return_impact" in r:
+        ri = r["return_impact"]
+        lines += ["", "## Return impact", "",
+                  f"{ri['episodes']} recorded episodes: mean return {ri['recorded_mean_return']:.3f}, "
+                  f"reference on the same seeds {ri['reference_mean_return']:.3f} (delta {ri['delta']:+.3f})", "",
+                  "| seed | recorded | reference |", "| --- | --- | --- |"]
+        lines += [f"| {p['seed']} | {p['recorded']:.3f} | {p['reference']:.3f} |" for p in ri["per_episode"]]
+    if r.get("plot"):
+        lines += ["", f"![per-step error]({r['plot']})"]
+    else:
+        lines += ["", "(no plot: install matplotlib, `pip install -e .[plot]`)"]
+    return "\n".join(lines) + "\n"

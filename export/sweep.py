@@ -1,0 +1,76 @@
+"""Precision sweep: what each ATC / MindSpore Lite precision mode would do to the policy,
+emulated on the MindSpore CPU backend, as numbers a user can choose a conversion mode from.
+
+| emulation      | ATC precision_mode                      | Lite ascend precision_mode       |
+| -------------- | --------------------------------------- | -------------------------------- |
+| fp32           | must_keep_origin_dtype, force_fp32      | enforce_origin, enforce_fp32     |
+| fp16-matmul    | allow_fp32_to_fp16                      | preferred_fp32                   |
+| fp16           | force_fp16 (ATC's default)              | enforce_fp16                     |
+
+allow_mix_precision / preferred_optimal choose fp16 op by op from CANN's built-in lists, which
+cannot be reproduced here: they are listed as not emulated. The emulations are arithmetic
+models (float16 storage and compute of MindSpore's CPU kernels), not Ascend's kernels: the
+sweep shows how sensitive the policy is to each precision, and `msrl verify --backend lite`
+on the device gives the real figure.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+
+from msrl_consistent.envs import run_episodes
+from msrl_consistent.runtime import TrainCellPolicy
+
+MODES = [
+    {"emulation": "fp32", "atc": "must_keep_origin_dtype, force_fp32", "lite": "enforce_origin, enforce_fp32"},
+    {"emulation": "fp16-matmul", "atc": "allow_fp32_to_fp16", "lite": "preferred_fp32"},
+    {"emulation": "fp16", "atc": "force_fp16 (ATC default)", "lite": "enforce_fp16"},
+]
+NOT_EMULATED = [{"atc": "allow_mix_precision", "lite": "preferred_optimal",
+                 "why": "op-by-op fp16 selection from CANN's built-in lists; not reproducible on the CPU backend"}]
+
+
+def precision_sweep(run_dir: str, checkpoint: str, golden_obs: np.ndarray, golden_actions: np.ndarray,
+                    golden_batch: int, episodes: int = 10, seed: int = 0) -> dict:
+    from .exporter import actions_at_batch
+
+    rows: List[dict] = []
+    ref_returns = None
+    for mode in MODES:
+        pol = TrainCellPolicy(run_dir, checkpoint, precision=mode["emulation"])
+        acts = actions_at_batch(pol, golden_obs, golden_batch)
+        row = dict(mode)
+        if pol.spec.discrete:
+            row["golden_agreement"] = float((acts == golden_actions).mean())
+        else:
+            err = np.abs(acts.astype(np.float64) - golden_actions.astype(np.float64))
+            row["golden_max_abs_error"] = float(err.max())
+            row["golden_mean_abs_error"] = float(err.mean())
+        returns = run_episodes(pol.env_config(), pol.act, episodes, seed)["returns"] if episodes > 0 else []
+        row["mean_return"] = float(np.mean(returns)) if returns else None
+        if mode["emulation"] == "fp32":
+            ref_returns = row["mean_return"]
+        row["return_delta"] = (None if row["mean_return"] is None or ref_returns is None
+                               else float(row["mean_return"] - ref_returns))
+        rows.append(row)
+    return {"episodes": episodes, "seed": seed, "rows": rows, "not_emulated": NOT_EMULATED}
+
+
+def sweep_markdown(sweep: dict) -> str:
+    discrete = "golden_agreement" in sweep["rows"][0]
+    col = "golden agreement" if discrete else "golden max abs error (mean)"
+    lines = ["# Precision sweep", "",
+             f"Golden-set action error against the fp32 training cell, and mean return over {sweep['episodes']} "
+             f"seeded episodes (seed {sweep['seed']}) with its delta to fp32. Emulated on the MindSpore CPU backend.", "",
+             f"| emulation | ATC precision_mode | Lite precision_mode | {col} | mean return | return delta |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in sweep["rows"]:
+        err = (f"{r['golden_agreement']:.4f}" if discrete
+               else f"{r['golden_max_abs_error']:.3g} ({r['golden_mean_abs_error']:.3g})")
+        mr = "-" if r["mean_return"] is None else f"{r['mean_return']:.2f}"
+        dl = "-" if r["return_delta"] is None else f"{r['return_delta']:+.2f}"
+        lines.append(f"| {r['emulation']} | {r['atc']} | {r['lite']} | {err} | {mr} | {dl} |")
+    for n in sweep["not_emulated"]:
+        lines.append(f"| not emulated | {n['atc']} | {n['lite']} | {n['why']} | | |")
+    return "\n".join(lines) + "\n"

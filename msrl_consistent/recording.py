@@ -1,0 +1,111 @@
+"""Traces of what a deployed policy saw and did, for `msrl replay`.
+
+A trace (``.npz``, no pickled objects) holds every observation given to ``act`` and every
+action returned, the batch size of each call (so replay runs at the recorded batch shape),
+optionally the rewards and episode boundaries of the rollout, and the sha256 of the
+artifact's manifest.json, so a trace is always tied to the artifact that produced it.
+
+Size is bounded: past ``limit`` observations, further calls are counted but not stored.
+The file is written atomically when the recorder is closed, at interpreter exit, and on
+SIGINT/SIGTERM in ``msrl eval`` (which turns them into exceptions that unwind through close).
+"""
+from __future__ import annotations
+
+import atexit
+import io
+import json
+from typing import List, Optional
+
+import numpy as np
+
+from .checkpoint import atomic_write_bytes
+
+TRACE_FORMAT = "msrl-trace-1"
+
+
+class TraceRecorder:
+    def __init__(self, path: str, manifest_sha256: str, backend: str, obs_dim: int, discrete: bool,
+                 limit: int = 100_000):
+        if limit < 1:
+            raise ValueError(f"trace limit must be >= 1, got {limit}")
+        self.path = path
+        self.meta = {"format": TRACE_FORMAT, "manifest_sha256": manifest_sha256, "backend": backend,
+                     "limit": int(limit)}
+        self.limit = int(limit)
+        self.obs_dim = obs_dim
+        self.discrete = discrete
+        self._obs: List[np.ndarray] = []
+        self._act: List[np.ndarray] = []
+        self._calls: List[int] = []
+        self._rewards: List[float] = []
+        self._dones: List[bool] = []
+        self.episodes: List[dict] = []
+        self.stored = 0
+        self.dropped = 0
+        self._closed = False
+        atexit.register(self.close)
+
+    def record(self, obs: np.ndarray, actions: np.ndarray) -> None:
+        n = len(obs)
+        if self.stored + n > self.limit:
+            self.dropped += n
+            return
+        self._obs.append(np.array(obs, np.float32, copy=True))
+        self._act.append(np.array(actions, copy=True).reshape(n, -1) if not self.discrete
+                         else np.array(actions, copy=True).reshape(n))
+        self._calls.append(n)
+        self.stored += n
+
+    def step_result(self, reward: float, done: bool) -> None:
+        """Reward and episode end of the last single-observation call (from a rollout)."""
+        if self.stored <= self.limit and len(self._rewards) < self.stored:
+            self._rewards.append(float(reward))
+            self._dones.append(bool(done))
+
+    def episode(self, seed: int, ret: float, length: int) -> None:
+        self.episodes.append({"seed": int(seed), "return": float(ret), "length": int(length)})
+
+    def arrays(self) -> dict:
+        obs = np.concatenate(self._obs) if self._obs else np.zeros((0, self.obs_dim), np.float32)
+        if self._act:
+            act = np.concatenate(self._act)
+        else:
+            act = np.zeros((0,), np.int32) if self.discrete else np.zeros((0, 0), np.float32)
+        out = {"obs": obs, "actions": act, "call_sizes": np.asarray(self._calls, np.int64)}
+        if self._rewards:
+            out["rewards"] = np.asarray(self._rewards, np.float64)
+            out["dones"] = np.asarray(self._dones, bool)
+        meta = dict(self.meta, stored=self.stored, dropped=self.dropped, episodes=self.episodes)
+        out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        return out
+
+    def flush(self) -> None:
+        buf = io.BytesIO()
+        np.savez(buf, **self.arrays())
+        atomic_write_bytes(self.path, buf.getvalue())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        self.flush()
+
+
+def read_trace(path: str) -> dict:
+    """Load a trace written by TraceRecorder (no pickle)."""
+    from .config import ConfigError
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise ConfigError(f"trace not found: {path}") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise ConfigError(f"{path} is not a readable trace: {exc}") from None
+    if "meta" not in data or "obs" not in data:
+        raise ConfigError(f"{path} is not an msrl trace (no meta/obs arrays)")
+    meta = json.loads(bytes(data.pop("meta")).decode())
+    if meta.get("format") != TRACE_FORMAT:
+        raise ConfigError(f"{path}: unknown trace format {meta.get('format')!r} (expected {TRACE_FORMAT})")
+    data["meta"] = meta
+    return data
