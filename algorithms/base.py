@@ -12,17 +12,32 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 
 import msrl_consistent
 from msrl_consistent import checkpoint as ckpt
-from msrl_consistent.buffers import RolloutBuffer
+from msrl_consistent.buffers import ReplayBuffer, RolloutBuffer
 from msrl_consistent.config import Config, dump_config, to_dict
 from msrl_consistent.determinism import configure_mindspore, params_sha256, seed_everything
+from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.envs import env_spec, make_vec_env, run_episodes, seed_vec_env, step_transitions
 from msrl_consistent.logging import RunLogger
 from msrl_consistent.networks import build_agent, named_parameters
 from msrl_consistent.normalization import RunningMeanStd
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM during training: a checkpoint was written, exit 130 or 143."""
+
+    def __init__(self, signum: int, checkpoint: str):
+        super().__init__(f"interrupted by signal {signum}; checkpoint {checkpoint}")
+        self.signum = signum
+        self.checkpoint = checkpoint
+        self.exit_code = 128 + signum
+
+
+class NonFiniteError(RuntimeError):
+    """A non-finite loss, gradient or parameter: training stops, the last good checkpoint stays."""
 
 
 def schedule_value(initial: float, kind: str, progress_remaining: float) -> float:
@@ -40,7 +55,11 @@ class Algorithm:
     def __init__(self, cfg: Config):
         configure_mindspore(cfg.device)
         self.cfg = cfg
+        self.dist = current_dist()
         self.rng = seed_everything(cfg.seed)
+        if self.dist.rank > 0:  # data-parallel ranks draw their own noise and env seeds
+            self.rng = np.random.default_rng([cfg.seed, self.dist.rank])
+        self.stop_requested: Optional[int] = None
         self.spec = env_spec(cfg.env)
         self.agent = build_agent(cfg, self.spec, self.rng)
         self.policy = self.agent.policy_cell()
@@ -145,14 +164,50 @@ class Algorithm:
         ckpt.save_checkpoint(path, tensors, meta)
 
     # -- training entry point ----------------------------------------------------------------
+    def env_seed(self) -> int:
+        """Seed of this rank's vector env from (seed, rank, steps done): a resumed run reseeds
+        its envs deterministically."""
+        return self.cfg.seed + 100_003 * self.dist.rank + self.num_timesteps
+
     def learn(self, run_dir: str, progress: bool = True) -> dict:
-        """Train to ``cfg.total_timesteps``, writing logs and checkpoints into ``run_dir``."""
+        """Train to ``cfg.total_timesteps``, writing logs and checkpoints into ``run_dir``.
+
+        SIGINT/SIGTERM finish the current update, write a checkpoint atomically, record the
+        interruption in metrics.jsonl and raise TrainingInterrupted (exit 130 / 143)."""
+        import signal
+        import threading
+
         run = RunContext(self, run_dir, progress)
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            def request_stop(signum, frame):
+                self.stop_requested = signum
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handlers[sig] = signal.signal(sig, request_stop)
         try:
             self.learn_loop(run)
             return run.finish()
         finally:
+            for sig, h in handlers.items():
+                signal.signal(sig, h)
             run.close()
+
+    @classmethod
+    def resume(cls, run_dir: str) -> "Algorithm":
+        """Rebuild a run from its config.yaml and newest intact checkpoint (parameters,
+        optimizer, normalization, counters, RNG states)."""
+        from msrl_consistent.config import load_config
+
+        cfg = load_config(os.path.join(run_dir, "config.yaml"))
+        path = ckpt.newest_intact(os.path.join(run_dir, "checkpoints"))
+        if path is None:
+            raise ckpt.CheckpointError(f"{run_dir} has no intact checkpoint to resume from")
+        algo = cls(cfg)
+        tensors, meta = ckpt.load_checkpoint(path)
+        algo.load_state(tensors, meta, source=path, training=True)
+        algo.sync_normalizer()
+        algo.resumed_from = path
+        return algo
 
 
 class RunContext:
@@ -164,8 +219,11 @@ class RunContext:
         self.run_dir = run_dir
         self.ckpt_dir = os.path.join(run_dir, "checkpoints")
         os.makedirs(self.ckpt_dir, exist_ok=True)
+        self.main = algo.dist.is_main  # rank 0 alone writes logs, metrics and checkpoints
         self.logger = RunLogger(run_dir, self.cfg.total_timesteps, self.cfg.log.tensorboard, progress,
-                                self.cfg.log.window, start_step=algo.num_timesteps)
+                                self.cfg.log.window, start_step=algo.num_timesteps, enabled=self.main)
+        if getattr(algo, "resumed_from", None):
+            self.logger.event(algo.num_timesteps, event="resumed", checkpoint=algo.resumed_from)
         self.t_start = time.perf_counter()
         self.next_eval = self._next_multiple(self.cfg.eval.freq)
         self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
@@ -188,15 +246,44 @@ class RunContext:
         mr = self.logger.mean_return()
         if mr is not None:
             stats["recent_mean_return"] = mr
+        self.check_finite(step, stats)
         self.logger.scalars(step, stats, "train")
         self.logger.progress(step)
         if self.next_eval is not None and step >= self.next_eval and step < self.cfg.total_timesteps:
-            self.evaluate()
+            if self.main:
+                self.evaluate()
             self.next_eval = self._next_multiple(self.cfg.eval.freq)
         if self.next_ckpt is not None and step >= self.next_ckpt and step < self.cfg.total_timesteps:
-            algo.save(os.path.join(self.ckpt_dir, f"step-{step:09d}.safetensors"))
-            ckpt.prune(self.ckpt_dir, self.cfg.checkpoint.keep)
+            self.save_periodic(step)
             self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
+        if algo.stop_requested is not None:
+            self.interrupt(algo.stop_requested)
+
+    def save_periodic(self, step: int) -> str:
+        path = os.path.join(self.ckpt_dir, f"step-{step:09d}.safetensors")
+        if self.main:
+            self.algo.save(path)
+            ckpt.prune(self.ckpt_dir, self.cfg.checkpoint.keep)
+        return path
+
+    def interrupt(self, signum: int) -> None:
+        step = self.algo.num_timesteps
+        path = self.save_periodic(step)
+        self.logger.event(step, event="interrupted", signal=int(signum), checkpoint=path)
+        raise TrainingInterrupted(signum, path)
+
+    def check_finite(self, step: int, stats: Dict[str, float]) -> None:
+        """Stop on a non-finite loss, gradient norm or parameter, before anything is saved."""
+        for k, v in stats.items():
+            if ("loss" in k or "grad" in k) and isinstance(v, float) and not np.isfinite(v):
+                self.logger.event(step, event="non_finite", quantity=k)
+                raise NonFiniteError(f"non-finite {k} ({v}) at step {step}; training stopped, the last good "
+                                     f"checkpoint in {self.ckpt_dir} is kept")
+        for k, v in self.algo.parameters().items():
+            if not np.all(np.isfinite(v)):
+                self.logger.event(step, event="non_finite", quantity=f"parameter {k}")
+                raise NonFiniteError(f"non-finite parameter {k} at step {step}; training stopped, the last good "
+                                     f"checkpoint in {self.ckpt_dir} is kept")
 
     def evaluate(self) -> dict:
         step = self.algo.num_timesteps
@@ -209,15 +296,22 @@ class RunContext:
 
     def finish(self) -> dict:
         algo = self.algo
-        final_eval = self.evaluate()
-        algo.save(os.path.join(self.ckpt_dir, "final.safetensors"))
         wall = time.perf_counter() - self.t_start
         summary = {
             "algorithm": algo.name, "env": self.cfg.env.id, "seed": self.cfg.seed,
             "num_timesteps": algo.num_timesteps, "wall_time_s": round(wall, 3),
             "steps_per_second": round(self.logger.steps_per_second(algo.num_timesteps), 2),
-            "params_sha256": algo.params_hash(), "final_eval": final_eval,
+            "params_sha256": algo.params_hash(),
         }
+        if algo.dist.enabled:
+            rank_info = dict(summary, rank=algo.dist.rank, world=algo.dist.world)
+            os.makedirs(os.path.join(self.run_dir, "ranks"), exist_ok=True)
+            ckpt.atomic_write_text(os.path.join(self.run_dir, "ranks", f"{algo.dist.rank}.json"),
+                                   json.dumps(rank_info, indent=2) + "\n")
+        if not self.main:
+            return summary
+        summary["final_eval"] = self.evaluate()
+        algo.save(os.path.join(self.ckpt_dir, "final.safetensors"))
         self.logger.event(algo.num_timesteps, event="finished", **summary)
         ckpt.atomic_write_text(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
         return summary
@@ -248,8 +342,8 @@ class OnPolicyAlgorithm(Algorithm):
         n_envs = venv.num_envs
         act_shape = () if self.spec.discrete else (self.spec.n_actions,)
         buf = RolloutBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete)
-        # A resumed run reseeds its envs from (seed, steps done) so episodes continue deterministically.
-        obs = seed_vec_env(venv, cfg.seed + self.num_timesteps)
+        steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
+        obs = seed_vec_env(venv, self.env_seed())
         ep_ret = np.zeros(n_envs, np.float64)
         ep_len = np.zeros(n_envs, np.int64)
         try:
@@ -264,15 +358,15 @@ class OnPolicyAlgorithm(Algorithm):
                         idx = np.nonzero(trunc & ~term)[0]
                         if idx.size:
                             buf.set_final_values(t, idx, self.values_of(real_next[idx]))
-                    self.num_timesteps += n_envs
+                    self.num_timesteps += steps_per_vector_step
                     ep_ret += rew
                     ep_len += 1
                     for i in np.nonzero(term | trunc)[0]:
                         run.episode_done(float(ep_ret[i]), int(ep_len[i]))
                         ep_ret[i], ep_len[i] = 0.0, 0
-                    if self.obs_rms is not None:
-                        self.obs_rms.update(obs)
                     obs = next_obs
+                if self.obs_rms is not None:  # every rank's rollout, merged in rank order
+                    self.obs_rms.update(self.dist.allgather(buf.obs))
                 buf.compute(self.values_of(obs), self.gamma, self.gae_lambda)
                 stats = self.train(buf)
                 # New statistics take effect after the update: frozen during a rollout and its update.
@@ -281,3 +375,179 @@ class OnPolicyAlgorithm(Algorithm):
                 run.after_iteration(stats)
         finally:
             venv.close()
+
+
+class FastCall:
+    """Call a GRAPH_MODE cell without nn.Cell.__call__'s per-call bookkeeping.
+
+    ``nn.Cell.__call__`` re-derives the argument key and walks the whole sub-cell tree
+    (``compile_phase``) on every call: ~0.3-1.5 ms per call for the agents here, more than
+    the acting graph's own run time. The first call with a given input signature (shapes,
+    dtypes) goes through ``__call__`` (which compiles); later calls with that signature run
+    the compiled graph directly. Only Tensor arguments are supported. If MindSpore's
+    executor internals are not available, every call uses ``__call__``.
+    """
+
+    def __init__(self, cell: nn.Cell):
+        self.cell = cell
+        self._phases: Dict[tuple, str] = {}
+
+    def __call__(self, *args):
+        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        phase = self._phases.get(key)
+        if phase is None or _GRAPH_EXECUTOR is None:
+            out = self.cell(*args)
+            if _GRAPH_EXECUTOR is not None and ms.get_context("mode") == ms.GRAPH_MODE:
+                self._phases[key] = self.cell.current_phase
+            return out
+        return _convert_python_data(_GRAPH_EXECUTOR(args, phase))
+
+
+try:  # MindSpore 2.x executor internals used by FastCall
+    from mindspore.graph.api import _cell_graph_executor as _cge, _convert_python_data
+    _GRAPH_EXECUTOR = _cge._graph_executor
+except (ImportError, AttributeError):  # pragma: no cover - other MindSpore versions
+    _GRAPH_EXECUTOR = None
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """The loop shared by SAC and TD3 (as Stable-Baselines3's OffPolicyAlgorithm).
+
+    Every round collects ``train_freq`` vector steps into the replay buffer, then runs
+    ``gradient_steps`` updates (one graph call each). The rounds' stats are averaged and
+    reported through ``RunContext.after_iteration`` every ``log_interval`` environment steps
+    and whenever an evaluation or checkpoint step is reached. Before
+    ``learning_starts`` environment steps the actions are uniform in the Box, drawn from the
+    run's Generator, and no update runs. The buffer stores actions normalized to [-1, 1]
+    (the critics' input, see networks.SACAgent) and the true next observation of every
+    transition (SAME_STEP autoreset: ``real_next_obs`` from envs.step_transitions).
+
+    Subclasses provide ``act_cell`` ((obs, noise) -> concat(env action, normalized action),
+    one graph call per vector step) with ``act_fn = FastCall(act_cell)``, and
+    ``train(gradient_steps)``; ``exploration_noise(n)`` may be overridden.
+
+    Checkpoints include the replay buffer only with ``algo.save_replay_buffer`` (exact
+    resume); by default it is left out: 1M HalfCheetah transitions are ~100-190 MB per
+    checkpoint. A run resumed without its buffer collects ``learning_starts`` random steps
+    again before updating.
+    """
+
+    buffer: Optional[ReplayBuffer] = None
+    _policy_fn: Optional[FastCall] = None
+
+    # -- acting ----------------------------------------------------------------------------
+    def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic policy cell (the same cell and graph as Algorithm's), called via FastCall."""
+        if self._policy_fn is None:
+            self._policy_fn = FastCall(self.policy)
+        return self._policy_fn(Tensor(np.asarray(obs, np.float32))).asnumpy()
+
+    def exploration_noise(self, n: int) -> np.ndarray:
+        """Host-side noise for the acting graph (standard normal, one row per env)."""
+        return self.rng.standard_normal((n, self.spec.n_actions)).astype(np.float32)
+
+    def explore(self, obs: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """(env action, normalized action) of the exploration policy: one graph call."""
+        out = self.act_fn(Tensor(obs), Tensor(self.exploration_noise(obs.shape[0]))).asnumpy()
+        k = self.spec.n_actions
+        return out[:, :k], out[:, k:]
+
+    def random_actions(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Uniform actions in the Box (warm-up before learning_starts) and their normalized form."""
+        low, high = self.spec.act_low, self.spec.act_high
+        env_a = self.rng.uniform(low, high, size=(n, self.spec.n_actions)).astype(np.float32)
+        norm = (2.0 * (env_a - low) / (high - low) - 1.0).astype(np.float32)
+        return env_a, np.clip(norm, -1.0, 1.0)
+
+    # -- replay buffer -----------------------------------------------------------------------
+    def make_buffer(self, n_envs: int) -> ReplayBuffer:
+        if self.buffer is None or self.buffer.n_envs != n_envs:
+            c = self.cfg.algo
+            self.buffer = ReplayBuffer(c.buffer_size, self.spec.obs_dim, self.spec.n_actions, n_envs,
+                                       memory_lean=c.memory_lean)
+        return self.buffer
+
+    def sample_batch(self, batch_size: int) -> Dict[str, np.ndarray]:
+        return self.buffer.sample(batch_size, self.rng)
+
+    def extra_state(self) -> Dict[str, np.ndarray]:
+        if not getattr(self.cfg.algo, "save_replay_buffer", False) or self.buffer is None:
+            return {}
+        return {f"replay/{k}": v for k, v in self.buffer.state().items()}
+
+    def load_extra_state(self, tensors: Dict[str, np.ndarray]) -> None:
+        d = {k[len("replay/"):]: v for k, v in tensors.items() if k.startswith("replay/")}
+        if d:
+            n_envs = int(d["pos_full"][3])
+            self.make_buffer(n_envs).load(d)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def learn_loop(self, run: RunContext) -> None:
+        cfg, c = self.cfg, self.cfg.algo
+        venv = make_vec_env(cfg.env)
+        n_envs = venv.num_envs
+        buf = self.make_buffer(n_envs)
+        obs = seed_vec_env(venv, self.env_seed())
+        ep_ret = np.zeros(n_envs, np.float64)
+        ep_len = np.zeros(n_envs, np.int64)
+        pending: List[Dict[str, float]] = []
+        last_log = self.num_timesteps
+        warmup_end = c.learning_starts
+        if buf.size == 0 and self.num_timesteps > 0:
+            warmup_end = self.num_timesteps + c.learning_starts  # resumed without its replay buffer
+        try:
+            while self.num_timesteps < cfg.total_timesteps:
+                collected = 0
+                for _ in range(c.train_freq):
+                    if self.num_timesteps < warmup_end:
+                        env_a, a = self.random_actions(n_envs)
+                    else:
+                        env_a, a = self.explore(obs)
+                    next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
+                    buf.add(obs, real_next, a, rew, term, trunc)
+                    self.num_timesteps += n_envs
+                    collected += n_envs
+                    ep_ret += rew
+                    ep_len += 1
+                    for i in np.nonzero(term | trunc)[0]:
+                        run.episode_done(float(ep_ret[i]), int(ep_len[i]))
+                        ep_ret[i], ep_len[i] = 0.0, 0
+                    if self.obs_rms is not None:
+                        self.obs_rms.update(obs)
+                    obs = next_obs
+                    if self.num_timesteps >= cfg.total_timesteps:
+                        break
+                if self.num_timesteps > warmup_end and buf.size >= 1:  # SB3: train once past learning_starts
+                    steps = c.gradient_steps if c.gradient_steps > 0 else collected
+                    pending.append(self.train(steps))
+                # New statistics take effect after the update (frozen during a round and its update).
+                self.sync_normalizer()
+                self.iterations += 1
+                # One log line (and the eval/checkpoint check) per log_interval steps, not per round:
+                # RunContext.after_iteration costs ~1 ms (tensorboard + jsonl), as much as a small update.
+                step = self.num_timesteps
+                if (step - last_log >= c.log_interval or step >= cfg.total_timesteps
+                        or (run.next_eval is not None and step >= run.next_eval)
+                        or (run.next_ckpt is not None and step >= run.next_ckpt)):
+                    run.after_iteration(_mean_stats(pending))
+                    pending, last_log = [], step
+        finally:
+            venv.close()
+
+
+def _mean_stats(rounds: List[Dict[str, float]]) -> Dict[str, float]:
+    """Per-key mean over training rounds (counters such as n_updates: the last value)."""
+    out: Dict[str, float] = {}
+    for k in {k for r in rounds for k in r}:
+        vals = [r[k] for r in rounds if k in r]
+        out[k] = vals[-1] if k.startswith("n_") else float(np.mean(vals))
+    out["train_rounds"] = len(rounds)
+    return out
+
+
+def polyak(targets, onlines, tau: float, ready):
+    """Graph code: target <- (1 - tau) * target + tau * online for each Parameter pair, reading
+    the online Parameters after ``ready`` (the output of their optimizer step)."""
+    for t, o in zip(targets, onlines):
+        ops.assign(t, ops.lerp(t, ops.depend(o, ready), tau))  # t + tau * (o - t): one kernel
+    return ready

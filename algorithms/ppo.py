@@ -15,6 +15,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from msrl_consistent.config import ConfigError
+from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.distributions import (categorical_entropy, categorical_log_prob, categorical_sample,
                                            gaussian_entropy, gaussian_log_prob)
 
@@ -143,21 +144,28 @@ class PPOLoss(nn.Cell):
 class PPOTrainStep(nn.Cell):
     """Loss, gradients, global-norm clipping and the Adam step in one compiled call."""
 
-    def __init__(self, loss: PPOLoss, optimizer: nn.Optimizer, max_grad_norm: float):
+    def __init__(self, loss: PPOLoss, optimizer: nn.Optimizer, max_grad_norm: float, world: int = 1):
         super().__init__()
         self.optimizer = optimizer
         self.max_grad_norm = float(max_grad_norm)
         self.grad_fn = ops.value_and_grad(loss, None, optimizer.parameters, has_aux=True)
+        # Data parallel (msrun): average gradients over ranks before clipping, in the same graph.
+        self.distributed = world > 1
+        if self.distributed:
+            self.reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=world)
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
         (loss, pg, vl, ent, kl, cf), grads = self.grad_fn(obs, actions, old_log_prob, advantages, returns,
                                                           old_values, clip_range, clip_range_vf)
+        if self.distributed:
+            grads = self.reducer(grads)
+        grad_norm = ops.sqrt(ops.addn([(g * g).sum() for g in grads]))
         grads = ops.clip_by_global_norm(grads, self.max_grad_norm)
         self.optimizer(grads)
-        return ops.stack([loss, pg, vl, ent, kl, cf])
+        return ops.stack([loss, pg, vl, ent, kl, cf, grad_norm])
 
 
-STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 
 
 class PPO(OnPolicyAlgorithm):
@@ -166,6 +174,7 @@ class PPO(OnPolicyAlgorithm):
 
     def build(self) -> None:
         c: PPOConfig = self.cfg.algo
+        self.dist = current_dist()
         self.n_steps, self.gamma, self.gae_lambda = c.n_steps, c.gamma, c.gae_lambda
         rollout = c.n_steps * self.cfg.env.n_envs
         if c.batch_size > rollout:
@@ -177,7 +186,7 @@ class PPO(OnPolicyAlgorithm):
         self.value_cell = ValueCell(self.agent)
         self.optimizer = nn.Adam(self.agent.trainable_params(), learning_rate=c.learning_rate, eps=c.adam_eps)
         self.optimizers = {"adam": self.optimizer}
-        self.step_cell = PPOTrainStep(PPOLoss(self.agent, c), self.optimizer, c.max_grad_norm)
+        self.step_cell = PPOTrainStep(PPOLoss(self.agent, c), self.optimizer, c.max_grad_norm, self.dist.world)
 
     def train(self, buf) -> Dict[str, float]:
         c: PPOConfig = self.cfg.algo
@@ -202,9 +211,12 @@ class PPO(OnPolicyAlgorithm):
                 s = out.asnumpy()
                 stats.append(s)
                 self.n_updates += 1
-                if c.target_kl is not None and s[4] > 1.5 * c.target_kl:
-                    stop = True
-                    break
+                if c.target_kl is not None:
+                    # every rank must take the same decision (the update is a collective)
+                    kl = float(self.dist.allgather(np.array([s[4]])).mean())
+                    if kl > 1.5 * c.target_kl:
+                        stop = True
+                        break
             if stop:
                 break
         mean = np.mean(np.stack(stats), axis=0)

@@ -39,8 +39,16 @@ def default_run_dir(cfg) -> str:
 def cmd_train(args) -> int:
     from .checkpoint import atomic_write_text
     from .config import dump_config, load_config
+    from .distributed import WORKER_ENV, init_if_worker
 
     algorithms = _algorithms()
+    if args.resume:
+        return _resume(args, algorithms)
+    if not args.config:
+        raise UsageError("msrl train needs a CONFIG file (or --resume RUN_DIR)")
+    if args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: expected a positive number of workers")
+    worker = bool(os.environ.get(WORKER_ENV))
     overrides = list(args.set or [])
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
@@ -49,17 +57,64 @@ def cmd_train(args) -> int:
     if args.device is not None:
         overrides.append(f"device={args.device}")
     cfg = load_config(args.config, overrides)
+    if args.workers > 1 and cfg.algorithm != "ppo":
+        raise UsageError(f"--workers applies to PPO only for now (config has algorithm {cfg.algorithm!r})")
     run_dir = args.run_dir or default_run_dir(cfg)
-    if os.path.isdir(run_dir) and os.listdir(run_dir):
-        raise UsageError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
-    os.makedirs(run_dir, exist_ok=True)
-    atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
+    if not worker:
+        if os.path.isdir(run_dir) and os.listdir(run_dir):
+            raise UsageError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
+        os.makedirs(run_dir, exist_ok=True)
+        atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
+        if args.workers > 1:
+            from .distributed import launch
+            if not args.quiet:
+                print(f"msrl: training {cfg.algorithm} on {cfg.env.id} with {args.workers} msrun workers -> {run_dir}")
+            entry_args = ["train", os.path.abspath(os.path.join(run_dir, "config.yaml")), "--run-dir",
+                          os.path.abspath(run_dir), "--quiet", "--workers", str(args.workers)]
+            rc = launch(entry_args, args.workers, run_dir, args.master_port)
+            if rc == 0 and not args.quiet:
+                print(f"msrl: done; run dir {run_dir} (per-rank results in {run_dir}/ranks/)")
+            return rc
+    init_if_worker()
     algo = algorithms.get_algorithm(cfg.algorithm)(cfg)
-    progress = not args.quiet
-    if not args.quiet:
-        print(f"msrl: training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, {cfg.total_timesteps} steps) -> {run_dir}")
-    summary = algo.learn(run_dir, progress=progress)
-    if not args.quiet:
+    return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
+                                             f"{cfg.total_timesteps} steps) -> {run_dir}")
+
+
+def _resume(args, algorithms) -> int:
+    from .config import load_config
+
+    run_dir = args.resume
+    if args.config or args.set or args.seed is not None or args.total_timesteps is not None:
+        raise UsageError("--resume RUN_DIR takes the run's own config.yaml; do not pass CONFIG, --set, --seed or "
+                         "--total-timesteps with it")
+    if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
+        raise UsageError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+    cfg = load_config(os.path.join(run_dir, "config.yaml"))
+    algo = algorithms.get_algorithm(cfg.algorithm).resume(run_dir)
+    if algo.num_timesteps >= cfg.total_timesteps and os.path.isfile(os.path.join(run_dir, "summary.json")):
+        if not args.quiet:
+            print(f"msrl: {run_dir} already finished ({algo.num_timesteps} steps); nothing to do")
+        return 0
+    return _learn(algo, run_dir, args.quiet, f"resuming {run_dir} from {algo.resumed_from} "
+                                             f"(step {algo.num_timesteps} of {cfg.total_timesteps})")
+
+
+def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
+    from msrl_consistent.algorithms.base import NonFiniteError, TrainingInterrupted
+
+    if not quiet:
+        print(f"msrl: {message}")
+    try:
+        summary = algo.learn(run_dir, progress=not quiet)
+    except TrainingInterrupted as exc:
+        print(f"msrl: interrupted (signal {exc.signum}); checkpoint written to {exc.checkpoint}; "
+              f"continue with: msrl train --resume {run_dir}", file=sys.stderr)
+        return exc.exit_code
+    except NonFiniteError as exc:
+        print(f"msrl: error: {exc}", file=sys.stderr)
+        return 1
+    if not quiet and "final_eval" in summary:
         ev = summary["final_eval"]
         print(f"msrl: done in {summary['wall_time_s']:.1f}s ({summary['steps_per_second']:.0f} steps/s); "
               f"eval mean return {ev['mean_return']:.2f} +- {ev['std_return']:.2f}; run dir {run_dir}")
@@ -182,7 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     t = sub.add_parser("train", help="train an agent from a YAML config")
-    t.add_argument("config", help="YAML config file (see configs/)")
+    t.add_argument("config", nargs="?", help="YAML config file (see configs/)")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest intact checkpoint")
+    t.add_argument("--workers", type=int, default=1, help="data-parallel workers launched through msrun (PPO)")
+    t.add_argument("--master-port", type=int, default=8118, help="msrun master port (with --workers)")
     t.add_argument("--seed", type=int, help="override the config's seed")
     t.add_argument("--total-timesteps", type=str, help="override total_timesteps (1e5 accepted)")
     t.add_argument("--run-dir", help="run directory (default runs/<algo>-<env>-seed<seed>-<timestamp>)")

@@ -384,4 +384,7 @@ def reference_markdown() -> str:
 if __name__ == "__main__":  # pragma: no cover
     import sys
 
-    sys.stdout.write(reference_markdown())
+    # Run as a script this module is __main__; use the package's module, where algorithms register.
+    from msrl_consistent.config import reference_markdown as _reference
+
+    sys.stdout.write(_reference())

@@ -13,12 +13,13 @@ import numpy as np
 
 class RunLogger:
     def __init__(self, run_dir: str, total_steps: int, tensorboard: bool = True, progress: bool = True,
-                 window: int = 100, start_step: int = 0):
+                 window: int = 100, start_step: int = 0, enabled: bool = True):
+        """``enabled=False`` (data-parallel ranks other than 0) writes nothing."""
         self.run_dir = run_dir
         self.metrics_path = os.path.join(run_dir, "metrics.jsonl")
-        self._fh = open(self.metrics_path, "a", encoding="utf-8")
+        self._fh = open(self.metrics_path, "a", encoding="utf-8") if enabled else open(os.devnull, "w")
         self.writer = None
-        if tensorboard:
+        if tensorboard and enabled:
             from tensorboardX import SummaryWriter
             self.writer = SummaryWriter(os.path.join(run_dir, "tb"))
         self.returns = deque(maxlen=window)
@@ -26,7 +27,7 @@ class RunLogger:
         self.t0 = time.perf_counter()
         self.start_step = start_step
         self.bar = None
-        if progress and sys.stdout.isatty():
+        if progress and enabled and sys.stdout.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
         self._bar_step = start_step

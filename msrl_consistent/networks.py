@@ -341,10 +341,6 @@ class SACAgent(nn.Cell):
         init_alpha = float(getattr(cfg.algo, "init_ent_coef", 1.0))
         self.log_alpha = Parameter(Tensor(np.array([np.log(init_alpha)], np.float32)), name="log_alpha")
 
-    @property
-    def trunk(self) -> nn.Cell:
-        return self.actor.first
-
     def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
         return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))
 
@@ -383,3 +379,20 @@ class TD3Agent(nn.Cell):
 
 AGENTS["sac"] = SACAgent
 AGENTS["td3"] = TD3Agent
+
+
+class ScaleToBox(nn.Cell):
+    """Normalized action a in [-1, 1] -> ``low + (a + 1) * (high - low) / 2``, clipped: the affine
+    part of TanhScaleHead, for the acting cells that also need ``a`` itself (what the replay buffer
+    stores), so the env action and the stored action come from one tanh evaluation."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        low = np.asarray(low, np.float32)
+        high = np.asarray(high, np.float32)
+        self.low = Tensor(low)
+        self.high = Tensor(high)
+        self.half_range = Tensor(((high - low) / 2.0).astype(np.float32))
+
+    def construct(self, a):
+        return ops.clip_by_value(self.low + (a + 1.0) * self.half_range, self.low, self.high)

@@ -142,3 +142,9 @@ def test_cli_subprocess_no_traceback(tmp_path):
                           capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "key 'seed'" in proc.stderr
+
+
+def test_docs_config_reference_is_current(configs_dir):
+    from msrl_consistent.config import reference_markdown
+    path = os.path.join(os.path.dirname(configs_dir), "docs", "config.md")
+    assert open(path).read() == reference_markdown(), "regenerate: python -m msrl_consistent.config > docs/config.md"

@@ -1,0 +1,230 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications",
+arXiv:1812.05905): twin Q critics with Polyak-averaged targets, a tanh-squashed Gaussian
+actor, and a learned temperature alpha.
+
+Reads top to bottom: config, the squashed-Gaussian sampler, the acting cell, the losses
+(critic and actor; the temperature gradient is one line), the compiled update step, and
+``train``. One graph call per gradient step does the critic, actor, temperature and target
+updates, in Stable-Baselines3's order; one graph call per vector step acts. All sampling
+noise is drawn on the host from the run's Generator and passed into the graphs. The loop,
+the replay buffer and the policy cell are shared (base.py, buffers.py, networks.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from msrl_consistent.distributions import tanh_gaussian_log_prob
+from msrl_consistent.networks import SACAgent, ScaleToBox, accurate_tanh
+
+from .base import FastCall, OffPolicyAlgorithm, polyak
+
+
+@dataclass
+class SACConfig:
+    learning_rate: float = 3e-4
+    """Adam learning rate of the critics, the actor and the temperature."""
+    buffer_size: int = 1000000
+    """Replay buffer capacity in transitions."""
+    memory_lean: bool = False
+    """Replay buffer stores each observation once (next_obs read from the following row)."""
+    save_replay_buffer: bool = False
+    """Include the replay buffer in checkpoints (exact resume; large files)."""
+    learning_starts: int = 100
+    """Environment steps of uniform random actions (and no updates) before learning starts."""
+    batch_size: int = 256
+    """Minibatch size of each gradient step."""
+    tau: float = 0.005
+    """Polyak coefficient: target <- (1 - tau) * target + tau * online, every gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 1
+    """Vector-env steps collected per training round (each is env.n_envs environment steps)."""
+    gradient_steps: int = 1
+    """Gradient steps per training round (-1: as many as environment steps collected in the round)."""
+    log_interval: int = 1000
+    """Environment steps between training log lines (stats averaged over the rounds in between)."""
+    auto_ent_coef: bool = True
+    """Learn the entropy coefficient alpha so the policy entropy tracks target_entropy (SB3 ent_coef='auto')."""
+    init_ent_coef: float = 1.0
+    """Initial entropy coefficient alpha (fixed value when auto_ent_coef is false)."""
+    target_entropy: Optional[float] = None
+    """Target entropy of the temperature loss (None: -dim(action space), Haarnoja et al. 2018)."""
+
+
+_pos = (lambda v: v > 0, "a positive number")
+_unit = (lambda v: 0 <= v <= 1, "a number in [0, 1]")
+SACConfig._checks = {"learning_rate": _pos, "buffer_size": _pos, "learning_starts": (lambda v: v >= 0, "a number >= 0"),
+                     "batch_size": _pos, "tau": (lambda v: 0 < v <= 1, "a number in (0, 1]"), "gamma": _unit,
+                     "train_freq": _pos, "log_interval": _pos, "init_ent_coef": _pos,
+                     "gradient_steps": (lambda v: v > 0 or v == -1, "a positive number or -1")}
+
+
+class SquashedGaussian(nn.Cell):
+    """(normalized obs, standard-normal noise) -> (u, log pi(tanh(u))), u = mean + std * noise.
+
+    The log-std head is clamped to [LOG_STD_MIN, LOG_STD_MAX] = [-20, 2] (as SB3)."""
+
+    def __init__(self, agent: SACAgent):
+        super().__init__()
+        self.agent = agent
+        self.lo, self.hi = agent.LOG_STD_MIN, agent.LOG_STD_MAX
+
+    def construct(self, x, noise):
+        h = self.agent.actor.first(x)
+        mean = self.agent.actor.second(h)
+        log_std = ops.clip_by_value(self.agent.log_std_head(h), self.lo, self.hi)
+        u = mean + ops.exp(log_std) * noise
+        return u, tanh_gaussian_log_prob(mean, log_std, u)
+
+
+class SACAct(nn.Cell):
+    """One graph call per vector step: (obs, noise) -> concat(env action, normalized action).
+
+    The normalized action a = tanh(u) in [-1, 1] is what the replay buffer stores; the env
+    action is TanhScaleHead's mapping of the same u (computed from a: one tanh evaluation).
+    The losses use MindSpore's Tanh kernel (within 1e-4 of the exact value; cheaper to
+    differentiate than accurate_tanh)."""
+
+    def __init__(self, agent: SACAgent):
+        super().__init__()
+        self.agent = agent
+        self.sampler = SquashedGaussian(agent)
+        self.scale = ScaleToBox(agent.spec.act_low, agent.spec.act_high)
+
+    def construct(self, obs, noise):
+        u, _ = self.sampler(self.agent.normalizer(obs), noise)
+        # accurate_tanh: the exported TanhScaleHead's tanh (MindSpore's CPU Tanh is off by ~1e-4).
+        a = accurate_tanh(u)
+        return ops.concat((self.scale(a), a), -1)
+
+
+class CriticLoss(nn.Cell):
+    """0.5 * sum_i MSE(Q_i(s, a), y) over the twin critics (SB3's SAC critic loss)."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+
+    def construct(self, x, actions, y):
+        q1 = self.agent.q1(x, actions)
+        q2 = self.agent.q2(x, actions)
+        loss = 0.5 * (((q1 - y) ** 2).mean() + ((q2 - y) ** 2).mean())
+        return loss, ops.stop_gradient(q1.mean())
+
+
+class ActorLoss(nn.Cell):
+    """mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a = tanh(u) sampled with the host noise."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+        self.sampler = SquashedGaussian(agent)
+
+    def construct(self, x, noise, alpha):
+        u, log_prob = self.sampler(x, noise)
+        a = ops.tanh(u)
+        q = ops.minimum(self.agent.q1(x, a), self.agent.q2(x, a))
+        return (alpha * log_prob - q).mean(), ops.stop_gradient(log_prob)
+
+
+class SACTrainStep(nn.Cell):
+    """One gradient step in one compiled call.
+
+    Input: one packed float32 batch [obs | action | reward | next_obs | terminated |
+    noise for a ~ pi(.|s) | noise for a' ~ pi(.|s')]. Output: stacked stats (STAT_NAMES).
+    Order as SB3: alpha is read before its update; the TD target uses the target critics
+    before their Polyak update; the actor loss sees the critics after their update.
+    """
+
+    def __init__(self, agent: SACAgent, c: SACConfig, critic_opt, actor_opt, alpha_opt, target_entropy: float):
+        super().__init__()
+        self.agent = agent
+        self.sampler = SquashedGaussian(agent)
+        self.critic_opt, self.actor_opt, self.alpha_opt = critic_opt, actor_opt, alpha_opt
+        self.critic_grad = ops.value_and_grad(CriticLoss(agent), None, critic_opt.parameters, has_aux=True)
+        self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters, has_aux=True)
+        self.targets = ms.ParameterTuple(list(agent.q1_target.get_parameters()) + list(agent.q2_target.get_parameters()))
+        self.onlines = ms.ParameterTuple(list(agent.q1.get_parameters()) + list(agent.q2.get_parameters()))
+        self.gamma, self.tau = float(c.gamma), float(c.tau)
+        self.auto_alpha = bool(c.auto_ent_coef)
+        self.target_entropy = float(target_entropy)
+        o, a = agent.spec.obs_dim, agent.spec.n_actions
+        # column offsets of the packed batch
+        self.o, self.a = o, a
+        self.i_rew, self.i_next, self.i_term = o + a, o + a + 1, 2 * o + a + 1
+        self.i_eps, self.i_eps2 = 2 * o + a + 2, 2 * o + 2 * a + 2
+
+    def construct(self, batch):
+        o, a = self.o, self.a
+        obs, actions = batch[:, :o], batch[:, o:o + a]
+        rewards, terminated = batch[:, self.i_rew], batch[:, self.i_term]
+        next_obs = batch[:, self.i_next:self.i_next + o]
+        eps, eps_next = batch[:, self.i_eps:self.i_eps + a], batch[:, self.i_eps2:self.i_eps2 + a]
+        x = self.agent.normalizer(obs)
+        xn = self.agent.normalizer(next_obs)
+        alpha = ops.stop_gradient(ops.exp(self.agent.log_alpha))
+        # Soft TD target from the target critics: r + gamma * (1 - terminated) * (min Q'(s', a') - alpha log pi(a'|s'))
+        un, logp_next = self.sampler(xn, eps_next)
+        an = ops.tanh(un)
+        q_next = ops.minimum(self.agent.q1_target(xn, an), self.agent.q2_target(xn, an)) - alpha * logp_next
+        y = ops.stop_gradient(rewards + self.gamma * (1.0 - terminated) * q_next)
+        (critic_loss, q_mean), grads = self.critic_grad(x, actions, y)
+        critic_done = self.critic_opt(grads)
+        # Actor: after the critic update (SB3 recomputes Q with the updated critics).
+        (actor_loss, log_prob), grads = self.actor_grad(ops.depend(x, critic_done), eps, alpha)
+        self.actor_opt(grads)
+        # Temperature: loss -(log_alpha * (log pi + target_entropy)).mean(); its gradient is -mean(...).
+        err = (log_prob + self.target_entropy).mean()
+        alpha_loss = -(self.agent.log_alpha.sum() * err)
+        if self.auto_alpha:
+            self.alpha_opt((ops.reshape(-err, (1,)),))
+        polyak(self.targets, self.onlines, self.tau, critic_done)
+        return ops.stack([critic_loss, actor_loss, alpha_loss, alpha.sum(), -log_prob.mean(), q_mean])
+
+
+STAT_NAMES = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "entropy", "q_mean")
+
+
+class SAC(OffPolicyAlgorithm):
+    name = "sac"
+    config_cls = SACConfig
+
+    def build(self) -> None:
+        c: SACConfig = self.cfg.algo
+        agent: SACAgent = self.agent
+        self.target_entropy = float(c.target_entropy if c.target_entropy is not None else -self.spec.n_actions)
+        critic_params = list(agent.q1.trainable_params()) + list(agent.q2.trainable_params())
+        actor_params = list(agent.actor.trainable_params()) + list(agent.log_std_head.trainable_params())
+        self.critic_opt = nn.Adam(critic_params, learning_rate=c.learning_rate)
+        self.actor_opt = nn.Adam(actor_params, learning_rate=c.learning_rate)
+        self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
+        self.alpha_opt = None
+        if c.auto_ent_coef:
+            self.alpha_opt = nn.Adam([agent.log_alpha], learning_rate=c.learning_rate)
+            self.optimizers["alpha"] = self.alpha_opt
+        else:
+            agent.log_alpha.requires_grad = False
+        self.act_cell = SACAct(agent)
+        self.step_cell = SACTrainStep(agent, c, self.critic_opt, self.actor_opt, self.alpha_opt, self.target_entropy)
+        self.act_fn, self.step_fn = FastCall(self.act_cell), FastCall(self.step_cell)
+
+    def train(self, gradient_steps: int) -> Dict[str, float]:
+        c: SACConfig = self.cfg.algo
+        a = self.spec.n_actions
+        outs = []
+        for _ in range(gradient_steps):
+            b = self.sample_batch(c.batch_size)
+            noise = self.rng.standard_normal((c.batch_size, 2 * a), dtype=np.float32)
+            packed = np.concatenate([b["obs"], b["actions"], b["rewards"][:, None], b["next_obs"],
+                                     b["terminated"][:, None], noise], axis=1)
+            outs.append(self.step_fn(Tensor(packed)))
+            self.n_updates += 1
+        mean = np.mean([o.asnumpy() for o in outs], axis=0)
+        res = {k: float(v) for k, v in zip(STAT_NAMES, mean)}
+        res["n_updates"] = self.n_updates
+        return res

@@ -1,0 +1,220 @@
+"""Twin Delayed DDPG (Fujimoto et al. 2018, "Addressing Function Approximation Error in
+Actor-Critic Methods", arXiv:1802.09477): clipped double-Q learning, target policy
+smoothing, delayed actor and target updates.
+
+Reads top to bottom: config, the acting cell (Gaussian exploration noise), target policy
+smoothing, the losses, the two compiled update steps, and ``train``. The policy delay is
+chosen on the host: every ``policy_delay``-th gradient step runs the full step (critic,
+actor, Polyak updates of all targets), the others the critic-only step; each gradient step
+is one graph call and no step computes an actor gradient it would throw away. All noise is
+drawn on the host from the run's Generator. Actions are in normalized units [-1, 1] inside
+the algorithm (the replay buffer, the critics, the noise); only the env action is in the
+Box's units. Follows Stable-Baselines3's TD3.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from msrl_consistent.networks import ScaleToBox, TD3Agent, accurate_tanh
+
+from .base import FastCall, OffPolicyAlgorithm, polyak
+
+
+@dataclass
+class TD3Config:
+    learning_rate: float = 1e-3
+    """Adam learning rate of the critics and the actor."""
+    buffer_size: int = 1000000
+    """Replay buffer capacity in transitions."""
+    memory_lean: bool = False
+    """Replay buffer stores each observation once (next_obs read from the following row)."""
+    save_replay_buffer: bool = False
+    """Include the replay buffer in checkpoints (exact resume; large files)."""
+    learning_starts: int = 100
+    """Environment steps of uniform random actions (and no updates) before learning starts."""
+    batch_size: int = 256
+    """Minibatch size of each gradient step."""
+    tau: float = 0.005
+    """Polyak coefficient: target <- (1 - tau) * target + tau * online, at each delayed update."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 1
+    """Vector-env steps collected per training round (each is env.n_envs environment steps)."""
+    gradient_steps: int = 1
+    """Gradient steps per training round (-1: as many as environment steps collected in the round)."""
+    log_interval: int = 1000
+    """Environment steps between training log lines (stats averaged over the rounds in between)."""
+    policy_delay: int = 2
+    """Update the actor and the targets every this many critic updates."""
+    target_policy_noise: float = 0.2
+    """Std of the Gaussian noise added to the target action (normalized action units)."""
+    target_noise_clip: float = 0.5
+    """Clip of the target policy noise (normalized action units)."""
+    action_noise_sigma: float = 0.1
+    """Std of the Gaussian exploration noise added to the actor's action (normalized units)."""
+
+
+_pos = (lambda v: v > 0, "a positive number")
+_nonneg = (lambda v: v >= 0, "a number >= 0")
+TD3Config._checks = {"learning_rate": _pos, "buffer_size": _pos, "learning_starts": _nonneg, "batch_size": _pos,
+                     "tau": (lambda v: 0 < v <= 1, "a number in (0, 1]"),
+                     "gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1]"), "train_freq": _pos, "log_interval": _pos,
+                     "gradient_steps": (lambda v: v > 0 or v == -1, "a positive number or -1"),
+                     "policy_delay": _pos, "target_policy_noise": _nonneg, "target_noise_clip": _nonneg,
+                     "action_noise_sigma": _nonneg}
+
+
+class TD3Act(nn.Cell):
+    """One graph call per vector step: (obs, noise) -> concat(env action, normalized action),
+    normalized action = clip(tanh(actor(obs)) + sigma * noise, -1, 1) (SB3's NormalActionNoise)."""
+
+    def __init__(self, agent: TD3Agent, sigma: float):
+        super().__init__()
+        self.agent = agent
+        self.sigma = float(sigma)
+        self.scale = ScaleToBox(agent.spec.act_low, agent.spec.act_high)
+
+    def construct(self, obs, noise):
+        # accurate_tanh: the exported TanhScaleHead's tanh (MindSpore's CPU Tanh is off by ~1e-4).
+        a = accurate_tanh(self.agent.actor(self.agent.normalizer(obs)))
+        a = ops.clip_by_value(a + self.sigma * noise, -1.0, 1.0)
+        return ops.concat((self.scale(a), a), -1)
+
+
+class TargetPolicySmoothing(nn.Cell):
+    """a' = clip(tanh(u') + clip(sigma * eps, -c, c), -1, 1), eps ~ N(0, 1) from the host."""
+
+    def __init__(self, sigma: float, noise_clip: float):
+        super().__init__()
+        self.sigma, self.noise_clip = float(sigma), float(noise_clip)
+
+    def construct(self, u, eps):
+        noise = ops.clip_by_value(self.sigma * eps, -self.noise_clip, self.noise_clip)
+        return ops.clip_by_value(ops.tanh(u) + noise, -1.0, 1.0)
+
+
+class CriticLoss(nn.Cell):
+    """sum_i MSE(Q_i(s, a), y) over the twin critics (SB3's TD3 critic loss)."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+
+    def construct(self, x, actions, y):
+        q1 = self.agent.q1(x, actions)
+        q2 = self.agent.q2(x, actions)
+        return ((q1 - y) ** 2).mean() + ((q2 - y) ** 2).mean(), ops.stop_gradient(q1.mean())
+
+
+class ActorLoss(nn.Cell):
+    """-mean Q_1(s, tanh(actor(s))) (deterministic policy gradient through the first critic)."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+
+    def construct(self, x):
+        return -self.agent.q1(x, ops.tanh(self.agent.actor(x))).mean()
+
+
+class TD3CriticStep(nn.Cell):
+    """Critic-only gradient step. Input: packed float32 batch [obs | action | reward |
+    next_obs | terminated | target smoothing noise]; output: stack([critic_loss, q_mean])."""
+
+    def __init__(self, agent: TD3Agent, c: TD3Config, critic_opt):
+        super().__init__()
+        self.agent = agent
+        self.critic_opt = critic_opt
+        self.critic_grad = ops.value_and_grad(CriticLoss(agent), None, critic_opt.parameters, has_aux=True)
+        self.smooth = TargetPolicySmoothing(c.target_policy_noise, c.target_noise_clip)
+        self.gamma = float(c.gamma)
+        o, a = agent.spec.obs_dim, agent.spec.n_actions
+        self.o, self.a = o, a
+        self.i_rew, self.i_next, self.i_term, self.i_eps = o + a, o + a + 1, 2 * o + a + 1, 2 * o + a + 2
+
+    def critic_update(self, batch):
+        o, a = self.o, self.a
+        obs, actions = batch[:, :o], batch[:, o:o + a]
+        rewards, terminated = batch[:, self.i_rew], batch[:, self.i_term]
+        next_obs, eps = batch[:, self.i_next:self.i_next + o], batch[:, self.i_eps:self.i_eps + a]
+        x = self.agent.normalizer(obs)
+        xn = self.agent.normalizer(next_obs)
+        # Clipped double-Q target with target policy smoothing (Fujimoto et al. 2018, eq. 10 and 14).
+        an = self.smooth(self.agent.actor_target(xn), eps)
+        q_next = ops.minimum(self.agent.q1_target(xn, an), self.agent.q2_target(xn, an))
+        y = ops.stop_gradient(rewards + self.gamma * (1.0 - terminated) * q_next)
+        (loss, q_mean), grads = self.critic_grad(x, actions, y)
+        done = self.critic_opt(grads)
+        return x, loss, q_mean, done
+
+    def construct(self, batch):
+        _, loss, q_mean, _ = self.critic_update(batch)
+        return ops.stack([loss, q_mean])
+
+
+class TD3FullStep(TD3CriticStep):
+    """Critic step, then the delayed actor step and the Polyak updates of all targets;
+    output: stack([critic_loss, q_mean, actor_loss])."""
+
+    def __init__(self, agent: TD3Agent, c: TD3Config, critic_opt, actor_opt):
+        super().__init__(agent, c, critic_opt)
+        self.actor_opt = actor_opt
+        self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters)
+        self.tau = float(c.tau)
+        self.critic_targets = ms.ParameterTuple(list(agent.q1_target.get_parameters()) + list(agent.q2_target.get_parameters()))
+        self.critics = ms.ParameterTuple(list(agent.q1.get_parameters()) + list(agent.q2.get_parameters()))
+        self.actor_targets = ms.ParameterTuple(list(agent.actor_target.get_parameters()))
+        self.actors = ms.ParameterTuple(list(agent.actor.get_parameters()))
+
+    def construct(self, batch):
+        x, critic_loss, q_mean, critic_done = self.critic_update(batch)
+        # The actor loss sees the updated critics (as SB3).
+        actor_loss, grads = self.actor_grad(ops.depend(x, critic_done))
+        actor_done = self.actor_opt(grads)
+        polyak(self.critic_targets, self.critics, self.tau, critic_done)
+        polyak(self.actor_targets, self.actors, self.tau, actor_done)
+        return ops.stack([critic_loss, q_mean, actor_loss])
+
+
+class TD3(OffPolicyAlgorithm):
+    name = "td3"
+    config_cls = TD3Config
+
+    def build(self) -> None:
+        c: TD3Config = self.cfg.algo
+        agent: TD3Agent = self.agent
+        critic_params = list(agent.q1.trainable_params()) + list(agent.q2.trainable_params())
+        self.critic_opt = nn.Adam(critic_params, learning_rate=c.learning_rate)
+        self.actor_opt = nn.Adam(list(agent.actor.trainable_params()), learning_rate=c.learning_rate)
+        self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
+        self.act_cell = TD3Act(agent, c.action_noise_sigma)
+        self.critic_step = TD3CriticStep(agent, c, self.critic_opt)
+        self.full_step = TD3FullStep(agent, c, self.critic_opt, self.actor_opt)
+        self.act_fn = FastCall(self.act_cell)
+        self.critic_fn, self.full_fn = FastCall(self.critic_step), FastCall(self.full_step)
+
+    def train(self, gradient_steps: int) -> Dict[str, float]:
+        c: TD3Config = self.cfg.algo
+        critic_out, actor_out = [], []
+        for _ in range(gradient_steps):
+            self.n_updates += 1
+            b = self.sample_batch(c.batch_size)
+            noise = self.rng.standard_normal((c.batch_size, self.spec.n_actions), dtype=np.float32)
+            packed = Tensor(np.concatenate([b["obs"], b["actions"], b["rewards"][:, None], b["next_obs"],
+                                            b["terminated"][:, None], noise], axis=1))
+            if self.n_updates % c.policy_delay == 0:
+                actor_out.append(self.full_fn(packed))
+            else:
+                critic_out.append(self.critic_fn(packed))
+        critic = [o.asnumpy() for o in critic_out]
+        full = [o.asnumpy() for o in actor_out]
+        both = np.stack([s[:2] for s in critic + full])
+        res = {"critic_loss": float(both[:, 0].mean()), "q_mean": float(both[:, 1].mean()), "n_updates": self.n_updates}
+        if full:
+            res["actor_loss"] = float(np.mean([s[2] for s in full]))
+        return res
