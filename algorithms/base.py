@@ -57,11 +57,11 @@ class Algorithm:
         self.cfg = cfg
         self.dist = current_dist()
         self.rng = seed_everything(cfg.seed)
-        if self.dist.rank > 0:  # data-parallel ranks draw their own noise and env seeds
-            self.rng = np.random.default_rng([cfg.seed, self.dist.rank])
         self.stop_requested: Optional[int] = None
         self.spec = env_spec(cfg.env)
-        self.agent = build_agent(cfg, self.spec, self.rng)
+        self.agent = build_agent(cfg, self.spec, self.rng)  # identical initial weights on every rank
+        if self.dist.rank > 0:  # data-parallel ranks draw their own noise (env seeds: env_seed())
+            self.rng = np.random.default_rng([cfg.seed, self.dist.rank])
         self.policy = self.agent.policy_cell()
         self.obs_rms = RunningMeanStd((self.spec.obs_dim,)) if cfg.env.normalize_obs else None
         self.num_timesteps = 0
@@ -224,6 +224,9 @@ class RunContext:
                                 self.cfg.log.window, start_step=algo.num_timesteps, enabled=self.main)
         if getattr(algo, "resumed_from", None):
             self.logger.event(algo.num_timesteps, event="resumed", checkpoint=algo.resumed_from)
+        if algo.dist.enabled:  # ranks/<rank>.json: running (with the pid), then the final results
+            self.write_rank_status({"rank": algo.dist.rank, "world": algo.dist.world, "pid": os.getpid(),
+                                    "status": "running"})
         self.t_start = time.perf_counter()
         self.next_eval = self._next_multiple(self.cfg.eval.freq)
         self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
@@ -304,10 +307,8 @@ class RunContext:
             "params_sha256": algo.params_hash(),
         }
         if algo.dist.enabled:
-            rank_info = dict(summary, rank=algo.dist.rank, world=algo.dist.world)
-            os.makedirs(os.path.join(self.run_dir, "ranks"), exist_ok=True)
-            ckpt.atomic_write_text(os.path.join(self.run_dir, "ranks", f"{algo.dist.rank}.json"),
-                                   json.dumps(rank_info, indent=2) + "\n")
+            self.write_rank_status(dict(summary, rank=algo.dist.rank, world=algo.dist.world, pid=os.getpid(),
+                                        status="finished"))
         if not self.main:
             return summary
         summary["final_eval"] = self.evaluate()
@@ -315,6 +316,11 @@ class RunContext:
         self.logger.event(algo.num_timesteps, event="finished", **summary)
         ckpt.atomic_write_text(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
         return summary
+
+    def write_rank_status(self, info: dict) -> None:
+        os.makedirs(os.path.join(self.run_dir, "ranks"), exist_ok=True)
+        ckpt.atomic_write_text(os.path.join(self.run_dir, "ranks", f"{self.algo.dist.rank}.json"),
+                               json.dumps(info, indent=2) + "\n")
 
     def close(self) -> None:
         self.logger.close()

@@ -75,7 +75,10 @@ def cmd_train(args) -> int:
             if rc == 0 and not args.quiet:
                 print(f"msrl: done; run dir {run_dir} (per-rank results in {run_dir}/ranks/)")
             return rc
-    init_if_worker()
+    if worker:
+        from .determinism import configure_mindspore
+        configure_mindspore(cfg.device)  # the device must be set before communication.init()
+        init_if_worker()
     algo = algorithms.get_algorithm(cfg.algorithm)(cfg)
     return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
                                              f"{cfg.total_timesteps} steps) -> {run_dir}")

@@ -124,6 +124,14 @@ def failed_ranks(log_dir: str) -> List[dict]:
             err = next((l for l in reversed(lines) if re.match(r"^\w*(Error|Exception|SystemExit|KeyboardInterrupt)", l)),
                        lines[-1] if lines else "")
             out.append({"rank": int(m.group(1)), "error": err.strip()})
+    # A worker killed without a Python error (SIGKILL, OOM killer) leaves no traceback; the
+    # msrun scheduler reports it as timed out.
+    sched = os.path.join(log_dir, "scheduler.log")
+    if os.path.isfile(sched):
+        known = {b["rank"] for b in out}
+        text = open(sched, "r", errors="replace").read()
+        for r in sorted({int(x) for x in re.findall(r"The node: (\d+) is timed out", text)} - known):
+            out.append({"rank": r, "error": "the worker stopped responding (killed, or crashed without a Python error)"})
     return out
 
 
