@@ -36,5 +36,5 @@ setup(
         "plot": ["matplotlib"],
         "bench": ["torch==2.13.0", "stable-baselines3", "onnx", "onnxruntime"],
     },
-    entry_points={"console_scripts": ["msrl=msrl_consistent.cli:main"]},
+    entry_points={"console_scripts": ["msrl=msrl_consistent.entry:main"]},
 )

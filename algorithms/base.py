@@ -180,17 +180,38 @@ class Algorithm:
         run = RunContext(self, run_dir, progress)
         handlers = {}
         if threading.current_thread() is threading.main_thread():
-            def request_stop(signum, frame):
-                self.stop_requested = signum
             for sig in (signal.SIGINT, signal.SIGTERM):
-                handlers[sig] = signal.signal(sig, request_stop)
+                handlers[sig] = signal.getsignal(sig)
+            self.install_signal_handlers()
         try:
             self.learn_loop(run)
             return run.finish()
         finally:
+            from msrl_consistent import signals
+            signals.on_sigint(None)
             for sig, h in handlers.items():
                 signal.signal(sig, h)
             run.close()
+
+    def _request_stop(self, signum, frame) -> None:
+        self.stop_requested = signum
+
+    def install_signal_handlers(self) -> None:
+        """SIGINT/SIGTERM set ``stop_requested``.
+
+        MindSpore re-installs its own SIGINT handler on every graph call, and it re-raises the
+        signal as SIGTERM. The CLI receives SIGINT in a watcher thread instead (signals.py);
+        without it (library use) the Python SIGINT handler is re-installed after every
+        iteration, and a SIGINT arriving during graph calls ends as SIGTERM (exit 143)."""
+        import signal
+        import threading
+
+        from msrl_consistent import signals
+        if signals.watching():
+            signals.on_sigint(lambda signum: self._request_stop(signum, None))
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, self._request_stop)
 
     @classmethod
     def resume(cls, run_dir: str) -> "Algorithm":
@@ -261,6 +282,7 @@ class RunContext:
             self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
         if algo.stop_requested is not None:
             self.interrupt(algo.stop_requested)
+        algo.install_signal_handlers()
 
     def save_periodic(self, step: int) -> str:
         path = os.path.join(self.ckpt_dir, f"step-{step:09d}.safetensors")
@@ -363,7 +385,8 @@ class OnPolicyAlgorithm(Algorithm):
                     if np.any(trunc):
                         idx = np.nonzero(trunc & ~term)[0]
                         if idx.size:
-                            buf.set_final_values(t, idx, self.values_of(real_next[idx]))
+                            # the whole batch: one graph shape (a subset would compile a graph per size)
+                            buf.set_final_values(t, idx, self.values_of(real_next)[idx])
                     self.num_timesteps += steps_per_vector_step
                     ep_ret += rew
                     ep_len += 1

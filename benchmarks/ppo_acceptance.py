@@ -30,7 +30,7 @@ def main():
     p.add_argument("--out", default="runs/acceptance")
     p.add_argument("--no-export", action="store_true")
     args = p.parse_args()
-    msrl = [sys.executable, "-m", "msrl_consistent.cli"]
+    msrl = [sys.executable, "-m", "msrl_consistent"]
     name = os.path.splitext(os.path.basename(args.config))[0]
     algo = os.path.basename(os.path.dirname(args.config))
     rows = []

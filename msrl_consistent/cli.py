@@ -15,6 +15,7 @@ from .checkpoint import CheckpointError
 from .config import ConfigError
 
 EXIT_USAGE = 2
+_WRITE_ERRNOS = {1, 13, 28, 30, 122}  # EPERM, EACCES, ENOSPC, EROFS, EDQUOT
 
 
 class UsageError(Exception):
@@ -341,6 +342,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except _usage_errors() as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        if exc.errno in _WRITE_ERRNOS:
+            print(f"msrl: error: cannot write {exc.filename or ''}: {exc.strerror or exc}; nothing already "
+                  f"written was changed", file=sys.stderr)
+            return EXIT_USAGE
+        raise
     except KeyboardInterrupt:
         print("msrl: interrupted", file=sys.stderr)
         return 130

@@ -99,7 +99,7 @@ def msrun_command(entry: str, entry_args: List[str], workers: int, master_port: 
             f"--log_dir={log_dir}", "--join=True", "--cluster_time_out=120", entry] + list(entry_args)
 
 
-ENTRY = "import sys\nfrom msrl_consistent.cli import main\nsys.exit(main())\n"
+ENTRY = "import sys\nfrom msrl_consistent.entry import main\nsys.exit(main())\n"
 
 
 def find_msrun() -> str:

@@ -17,7 +17,7 @@ CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.ab
 
 
 def launch(run_dir, steps, port, extra=(), wait=True):
-    cmd = [sys.executable, "-m", "msrl_consistent.cli", "train", CONFIG, "--workers", "2", "--run-dir", str(run_dir),
+    cmd = [sys.executable, "-m", "msrl_consistent", "train", CONFIG, "--workers", "2", "--run-dir", str(run_dir),
            "--total-timesteps", str(steps), "--master-port", str(port), "--set", "eval.freq=0",
            "--set", "eval.episodes=1", "--quiet", *extra]
     env = dict(os.environ, GLOG_v="3")

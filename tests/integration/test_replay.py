@@ -97,7 +97,7 @@ def test_trace_flushed_on_sigterm(cartpole_run, tmp_path):
     export_run(cartpole_run, exp, golden=32)
     trace = tmp_path / "sig.npz"
     env = dict(os.environ, GLOG_v="3")
-    proc = subprocess.Popen([sys.executable, "-m", "msrl_consistent.cli", "eval", exp, "--episodes", "100000",
+    proc = subprocess.Popen([sys.executable, "-m", "msrl_consistent", "eval", exp, "--episodes", "100000",
                              "--record", str(trace)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         time.sleep(12)

@@ -138,7 +138,7 @@ def test_cli_config_error_exit_2(tmp_path, capsys):
 
 def test_cli_subprocess_no_traceback(tmp_path):
     path = write(tmp_path, "algorithm: ppo\nseed: [1]\n")
-    proc = subprocess.run([sys.executable, "-m", "msrl_consistent.cli", "train", path, "--quiet"],
+    proc = subprocess.run([sys.executable, "-m", "msrl_consistent", "train", path, "--quiet"],
                           capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "key 'seed'" in proc.stderr

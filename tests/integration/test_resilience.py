@@ -1,0 +1,233 @@
+"""Nothing lost: interrupts, resume, kept checkpoints, corrupt files, non-finite values,
+unwritable targets."""
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, train_run
+from msrl_consistent import checkpoint as ckpt
+from msrl_consistent.algorithms import PPO
+from msrl_consistent.algorithms.base import NonFiniteError, RunContext
+from msrl_consistent.cli import main
+from msrl_consistent.config import load_config
+from msrl_consistent.export.exporter import export_run
+
+SHORT = ["eval.freq=0", "eval.episodes=1", "env.n_envs=4", "algo.n_steps=64", "algo.batch_size=128",
+         "algo.n_epochs=2"]
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A directory this process cannot write into: immutable (root) or read-only (others)."""
+    d = tmp_path / "ro"
+    d.mkdir()
+    (d / "keep.txt").write_text("before")
+    made = []
+    if os.geteuid() == 0 and shutil.which("chattr"):
+        if subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode == 0:
+            made.append(["chattr", "-i", str(d)])
+    if not made and os.geteuid() != 0:
+        d.chmod(0o500)
+    try:
+        (d / "probe").write_text("x")
+        pytest.skip("cannot make an unwritable directory here (needs chattr as root, or a non-root user)")
+    except OSError:
+        pass
+    yield d
+    for cmd in made:
+        subprocess.run(cmd)
+    d.chmod(0o700)
+
+
+def test_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
+    run, _, _ = train_run(tmp_path, "ppo/Pendulum-v1.yaml",
+                          SHORT + ["total_timesteps=2048", "checkpoint.freq=512", "checkpoint.keep=5"], "base")
+    # keep the step-1024 checkpoint as the newest one in two copies of the run
+    hashes = []
+    for name in ("r1", "r2"):
+        d = tmp_path / name
+        shutil.copytree(run, d)
+        for f in os.listdir(d / "checkpoints"):
+            if f != "step-000001024.safetensors":
+                os.unlink(d / "checkpoints" / f)
+        os.unlink(d / "summary.json")
+        algo = PPO.resume(str(d))
+        assert algo.num_timesteps == 1024 and algo.resumed_from.endswith("step-000001024.safetensors")
+        summary = algo.learn(str(d), progress=False)
+        assert summary["num_timesteps"] == 2048
+        hashes.append(summary["params_sha256"])
+    assert hashes[0] == hashes[1]
+    events = [json.loads(l) for l in open(tmp_path / "r1" / "metrics.jsonl") if '"event"' in l]
+    assert [e["event"] for e in events][-2:] == ["resumed", "finished"]
+
+
+def test_keep_last_k_checkpoints(tmp_path):
+    run, _, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml",
+                          SHORT + ["total_timesteps=3072", "checkpoint.freq=256", "checkpoint.keep=2"], "k")
+    files = sorted(os.listdir(os.path.join(run, "checkpoints")))
+    assert files == ["final.safetensors", "step-000002560.safetensors", "step-000002816.safetensors"]
+
+
+def test_sigint_writes_checkpoint_exit_130_then_resume(tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "msrl_consistent", "train", os.path.join(CONFIGS, "ppo", "CartPole-v1.yaml"),
+           "--run-dir", str(run), "--total-timesteps", "6000", "--quiet"] + [f"--set={s}" for s in SHORT]
+    env = dict(os.environ, GLOG_v="3")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        metrics = run / "metrics.jsonl"
+        while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "msrl train --resume" in err
+    events = [json.loads(l) for l in open(run / "metrics.jsonl") if '"event"' in l]
+    assert events[-1]["event"] == "interrupted" and events[-1]["signal"] == signal.SIGINT
+    path = events[-1]["checkpoint"]
+    tensors, meta = ckpt.load_checkpoint(path)
+    assert 0 < meta["counters"]["num_timesteps"] < 6000
+    assert not [f for f in os.listdir(run / "checkpoints") if ".tmp-" in f]
+    rc = main(["train", "--resume", str(run), "--quiet"])
+    assert rc == 0
+    assert json.load(open(run / "summary.json"))["num_timesteps"] >= 6000
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0  # already finished: nothing to do
+
+
+def test_corrupt_checkpoint_names_newest_intact_and_resume_skips_it(tmp_path, capsys):
+    run, _, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml",
+                          SHORT + ["total_timesteps=1024", "checkpoint.freq=256", "checkpoint.keep=5"], "c")
+    cdir = os.path.join(run, "checkpoints")
+    final = os.path.join(cdir, "final.safetensors")
+    data = open(final, "rb").read()
+    open(final, "wb").write(data[: len(data) // 2])  # truncated
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.load_checkpoint(final)
+    assert "final.safetensors is truncated or corrupt" in str(e.value)
+    assert "newest intact checkpoint is" in str(e.value) and "step-000000768" in str(e.value)
+    # a half-written temporary file is never taken as the latest
+    open(os.path.join(cdir, ".step-000009999.safetensors.tmp-1"), "wb").write(b"partial")
+    assert ckpt.newest_intact(cdir).endswith("step-000000768.safetensors")
+    algo = PPO.resume(run)
+    assert algo.num_timesteps == 768
+    assert main(["eval", run, "--checkpoint", final]) == 2
+    assert "truncated or corrupt" in capsys.readouterr().err
+
+
+def test_non_finite_parameter_stops_and_keeps_last_good_checkpoint(tmp_path):
+    cfg = load_config(os.path.join(CONFIGS, "ppo", "CartPole-v1.yaml"), SHORT + ["total_timesteps=2048"])
+    run = tmp_path / "nf"
+    run.mkdir()
+    algo = PPO(cfg)
+    good = str(run / "checkpoints" / "step-000000000.safetensors")
+    os.makedirs(run / "checkpoints")
+    algo.save(good)
+    before = open(good, "rb").read()
+    w = algo.agent.actor.layers[0].weight
+    arr = w.asnumpy()
+    arr[0, 0] = np.nan
+    from mindspore import Tensor
+    w.set_data(Tensor(arr))
+    with pytest.raises(NonFiniteError, match=r"non-finite .* at step 256"):
+        algo.learn(str(run), progress=False)
+    assert sorted(os.listdir(run / "checkpoints")) == ["step-000000000.safetensors"]
+    assert open(good, "rb").read() == before
+    events = [json.loads(l) for l in open(run / "metrics.jsonl") if '"event"' in l]
+    assert events[-1]["event"] == "non_finite"
+
+
+def test_checkpoint_into_unwritable_dir_keeps_previous(unwritable, cartpole_run):
+    src = os.path.join(cartpole_run, "checkpoints", "final.safetensors")
+    tensors, meta = ckpt.load_checkpoint(src)
+    with pytest.raises(OSError):
+        ckpt.save_checkpoint(str(unwritable / "keep.txt"), tensors, meta)
+    assert (unwritable / "keep.txt").read_text() == "before"
+    assert os.listdir(unwritable) == ["keep.txt"]
+
+
+def test_export_into_unwritable_dir_keeps_previous(unwritable, cartpole_run, capsys):
+    rc = main(["export", cartpole_run, "--out", str(unwritable / "new")])
+    assert rc == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert os.listdir(unwritable) == ["keep.txt"]
+
+
+def test_disk_full_while_saving_keeps_previous(tmp_path, cartpole_run, monkeypatch):
+    src = os.path.join(cartpole_run, "checkpoints", "final.safetensors")
+    dst = tmp_path / "c.safetensors"
+    shutil.copy(src, dst)
+    before = dst.read_bytes()
+    tensors, meta = ckpt.load_checkpoint(src)
+    real_fsync = os.fsync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.save_checkpoint(str(dst), tensors, meta)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert dst.read_bytes() == before
+    assert os.listdir(tmp_path) == ["c.safetensors"]
+
+
+def test_export_replacing_existing_keeps_old_on_failure(cartpole_run, tmp_path, monkeypatch):
+    out = tmp_path / "exp"
+    export_run(cartpole_run, str(out), golden=16)
+    manifest = (out / "manifest.json").read_text()
+    import msrl_consistent.export.exporter as exporter
+
+    def broken(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(exporter, "golden_observations", broken)
+    with pytest.raises(OSError):
+        export_run(cartpole_run, str(out), golden=16, force=True)
+    assert (out / "manifest.json").read_text() == manifest
+    assert sorted(os.listdir(tmp_path)) == ["exp"]
+
+
+def test_soak_20_interrupt_resume_cycles(tmp_path, monkeypatch):
+    """20 cycles of: resume, train until a real SIGTERM arrives, checkpoint; then finish."""
+    cfg = load_config(os.path.join(CONFIGS, "ppo", "CartPole-v1.yaml"),
+                      SHORT + ["total_timesteps=12288", "algo.n_epochs=1"])
+    run = tmp_path / "soak"
+    run.mkdir()
+    from msrl_consistent.checkpoint import atomic_write_text
+    from msrl_consistent.config import dump_config
+    atomic_write_text(str(run / "config.yaml"), dump_config(cfg))
+    original = RunContext.after_iteration
+
+    def interrupting(self, stats):
+        if not getattr(self, "_sent", False):
+            self._sent = True
+            signal.raise_signal(signal.SIGTERM)  # delivered to the training's own handler
+        return original(self, stats)
+    monkeypatch.setattr(RunContext, "after_iteration", interrupting)
+    interrupted = 0
+    algo = PPO(cfg)
+    for cycle in range(20):
+        rc = None
+        from msrl_consistent.cli import _learn
+        rc = _learn(algo, str(run), True, "")
+        assert rc == 143, f"cycle {cycle}: {rc}"
+        interrupted += 1
+        algo = PPO.resume(str(run))
+    monkeypatch.setattr(RunContext, "after_iteration", original)
+    summary = algo.learn(str(run), progress=False)
+    assert interrupted == 20 and summary["num_timesteps"] == 12288
+    tensors, meta = ckpt.load_checkpoint(str(run / "checkpoints" / "final.safetensors"))
+    assert meta["counters"]["num_timesteps"] == 12288
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    events = [json.loads(l)["event"] for l in open(run / "metrics.jsonl") if '"event"' in l]
+    assert events.count("interrupted") == 20 and events.count("resumed") == 20
