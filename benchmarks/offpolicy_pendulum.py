@@ -1,0 +1,134 @@
+"""msrl vs Stable-Baselines3, SAC and TD3, same hyperparameters, side by side in one run.
+
+    pip install -e ".[bench]"     # torch 2.13.0 (CPU wheel on this disk) + stable-baselines3
+    python benchmarks/offpolicy_pendulum.py --env Pendulum-v1 --steps 20000 --seeds 0
+    python benchmarks/offpolicy_pendulum.py --env HalfCheetah-v5 --steps 50000 --seeds 0
+
+Each training runs in its own process, one after the other (SB3 with 1 torch thread). Wall
+time is the training process's whole life (imports and graph compilation included);
+steps/s is steps / training time as each framework reports it. The eval return is the mean
+over 10 deterministic episodes seeded 1000..1009, the same seeds for both frameworks. The
+hyperparameters are read from msrl's configs/<algo>/<env>.yaml and given to SB3.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str) -> None:
+    import numpy as np
+    import torch
+    import gymnasium as gym
+    import yaml
+
+    torch.set_num_threads(1)
+    from stable_baselines3 import SAC, TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    cfg = yaml.safe_load(open(os.path.join(ROOT, "configs", algo, f"{env_id}.yaml")))
+    a = cfg["algo"]
+    env = gym.make(env_id)
+    net = cfg["policy"]["net_arch"]
+    common = dict(learning_rate=float(a["learning_rate"]), buffer_size=int(a["buffer_size"]),
+                  learning_starts=int(a["learning_starts"]), batch_size=int(a["batch_size"]), tau=float(a["tau"]),
+                  gamma=float(a["gamma"]), seed=seed, verbose=0, device="cpu",
+                  policy_kwargs={"net_arch": net})
+    if algo == "sac":
+        model = SAC("MlpPolicy", env, train_freq=int(a["train_freq"]), gradient_steps=int(a["gradient_steps"]),
+                    ent_coef="auto" if a.get("auto_ent_coef", True) else float(a.get("init_ent_coef", 1.0)), **common)
+    else:
+        n = env.action_space.shape[0]
+        half = (env.action_space.high - env.action_space.low) / 2
+        noise = NormalActionNoise(np.zeros(n), float(a["action_noise_sigma"]) * half * np.ones(n))
+        # msrl's train_freq / gradient_steps count steps; RL-Zoo's Pendulum TD3 trains once per
+        # episode with as many gradient steps as collected, which is what the msrl config encodes
+        episodic = env_id.startswith("Pendulum")
+        model = TD3("MlpPolicy", env, action_noise=noise, policy_delay=int(a["policy_delay"]),
+                    target_policy_noise=float(a["target_policy_noise"]), target_noise_clip=float(a["target_noise_clip"]),
+                    train_freq=(1, "episode") if episodic else int(a["train_freq"]),
+                    gradient_steps=-1 if episodic else int(a["gradient_steps"]), **common)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    train_s = time.perf_counter() - t0
+    returns = []
+    for i in range(10):
+        obs, _ = env.reset(seed=1000 + i)
+        done, ret = False, 0.0
+        while not done:
+            act, _ = model.predict(obs, deterministic=True)
+            obs, r, term, trunc, _ = env.step(act)
+            ret += float(r)
+            done = term or trunc
+        returns.append(ret)
+    json.dump({"train_s": train_s, "steps_per_s": steps / train_s, "mean_return": float(np.mean(returns)),
+               "returns": returns}, open(out, "w"))
+
+
+def run_msrl(algo, env_id, steps, seed, work):
+    run = os.path.join(work, f"msrl-{algo}-{env_id}-{seed}")
+    cmd = [sys.executable, "-m", "msrl_consistent", "train", os.path.join(ROOT, "configs", algo, f"{env_id}.yaml"),
+           "--seed", str(seed), "--total-timesteps", str(steps), "--run-dir", run, "--quiet", "--set", "eval.freq=0",
+           "--set", "eval.episodes=1"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=dict(os.environ, GLOG_v="3"))
+    wall = time.perf_counter() - t0
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    ev = subprocess.run([sys.executable, "-m", "msrl_consistent", "eval", run, "--episodes", "10", "--seed", "1000",
+                         "--json"], check=True, capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+    ev = json.loads(ev.stdout)
+    return {"framework": "msrl", "algo": algo, "seed": seed, "wall_s": wall, "steps_per_s": summary["steps_per_second"],
+            "mean_return": ev["mean_return"]}
+
+
+def run_sb3(algo, env_id, steps, seed, work):
+    out = os.path.join(work, f"sb3-{algo}-{env_id}-{seed}.json")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--sb3-worker", algo, env_id, str(steps), str(seed), out], check=True,
+                   env=dict(os.environ, OMP_NUM_THREADS="1"))
+    wall = time.perf_counter() - t0
+    r = json.load(open(out))
+    return {"framework": "sb3", "algo": algo, "seed": seed, "wall_s": wall, "steps_per_s": r["steps_per_s"],
+            "mean_return": r["mean_return"]}
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--sb3-worker":
+        _, _, algo, env_id, steps, seed, out = sys.argv
+        return sb3_worker(algo, env_id, int(steps), int(seed), out)
+    p = argparse.ArgumentParser()
+    p.add_argument("--env", default="Pendulum-v1")
+    p.add_argument("--steps", type=int, default=20000)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--algos", nargs="+", default=["sac", "td3"])
+    p.add_argument("--workdir")
+    args = p.parse_args()
+    work = args.workdir or tempfile.mkdtemp(prefix="msrl-offpolicy-")
+    rows = []
+    for algo in args.algos:
+        for seed in args.seeds:
+            for fn in (run_msrl, run_sb3):
+                rows.append(fn(algo, args.env, args.steps, seed, work))
+                print(json.dumps(rows[-1]), flush=True)
+    print(f"\n{args.env}, {args.steps} steps\n")
+    print("| algo | seed | framework | wall time (s) | steps/s | eval mean return (10 ep) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['algo']} | {r['seed']} | {r['framework']} | {r['wall_s']:.1f} | {r['steps_per_s']:.1f} | "
+              f"{r['mean_return']:.1f} |")
+    for algo in args.algos:
+        for seed in args.seeds:
+            m = next(r for r in rows if r["algo"] == algo and r["seed"] == seed and r["framework"] == "msrl")
+            s = next(r for r in rows if r["algo"] == algo and r["seed"] == seed and r["framework"] == "sb3")
+            print(f"\n{algo} seed {seed}: msrl/SB3 steps/s ratio {m['steps_per_s'] / s['steps_per_s']:.2f}, "
+                  f"wall-time ratio {s['wall_s'] / m['wall_s']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
