@@ -102,3 +102,20 @@ def test_eval_missing_checkpoint(tmp_path, capsys):
     (run / "config.yaml").write_text("algorithm: ppo\n")
     assert main(["eval", str(run)]) == 2
     assert "has no checkpoint" in capsys.readouterr().err
+
+
+def test_async_vector_env_same_result_as_sync(tmp_path):
+    args = ["total_timesteps=512", "eval.freq=0", "eval.episodes=1", "env.n_envs=2", "algo.n_steps=64",
+                        "algo.batch_size=64", "algo.n_epochs=1"]
+    _, s1, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml", args, "sync")
+    _, s2, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml", args + ["env.vectorization=async"], "async")
+    assert s1["params_sha256"] == s2["params_sha256"]
+
+
+def test_export_of_run_without_checkpoint(tmp_path, capsys):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.yaml").write_text("algorithm: ppo\n")
+    assert main(["export", str(run), "--out", str(tmp_path / "e")]) == 2
+    assert "has no checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()
