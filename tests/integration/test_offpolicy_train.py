@@ -9,10 +9,9 @@ from conftest import CONFIGS, train_run
 import msrl_consistent.algorithms as algorithms
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.cli import main
-from msrl_consistent.config import load_config
 
 SHORT = ["total_timesteps=600", "algo.learning_starts=200", "eval.freq=0", "eval.episodes=1",
-         "policy.net_arch=[64, 64]", "algo.batch_size=64", "log.tensorboard=false"]
+         "policy.net_arch=[32, 32]", "algo.batch_size=32", "log.tensorboard=false"]
 TD3_EVERY_STEP = ["algo.train_freq=1", "algo.gradient_steps=1"]
 
 
