@@ -127,8 +127,10 @@ class ClipHead(nn.Cell):
         return ops.clip_by_value(x, self.low, self.high)
 
 
-class TanhScaleHead(nn.Cell):
-    """``low + (tanh(u) + 1) * (high - low) / 2``, clipped to [low, high] against rounding."""
+class ScaleToBox(nn.Cell):
+    """Normalized action a in [-1, 1] -> ``low + (a + 1) * (high - low) / 2``, clipped: the affine
+    part of TanhScaleHead, for the acting cells that also need ``a`` itself (what the replay buffer
+    stores), so the env action and the stored action come from one tanh evaluation."""
 
     def __init__(self, low: np.ndarray, high: np.ndarray):
         super().__init__()
@@ -138,9 +140,19 @@ class TanhScaleHead(nn.Cell):
         self.high = Tensor(high)
         self.half_range = Tensor(((high - low) / 2.0).astype(np.float32))
 
+    def construct(self, a):
+        return ops.clip_by_value(self.low + (a + 1.0) * self.half_range, self.low, self.high)
+
+
+class TanhScaleHead(nn.Cell):
+    """``low + (tanh(u) + 1) * (high - low) / 2``, clipped to [low, high] against rounding."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.scale = ScaleToBox(low, high)
+
     def construct(self, u):
-        a = self.low + (accurate_tanh(u) + 1.0) * self.half_range
-        return ops.clip_by_value(a, self.low, self.high)
+        return self.scale(accurate_tanh(u))
 
 
 class IdentityHead(nn.Cell):
@@ -381,18 +393,3 @@ AGENTS["sac"] = SACAgent
 AGENTS["td3"] = TD3Agent
 
 
-class ScaleToBox(nn.Cell):
-    """Normalized action a in [-1, 1] -> ``low + (a + 1) * (high - low) / 2``, clipped: the affine
-    part of TanhScaleHead, for the acting cells that also need ``a`` itself (what the replay buffer
-    stores), so the env action and the stored action come from one tanh evaluation."""
-
-    def __init__(self, low: np.ndarray, high: np.ndarray):
-        super().__init__()
-        low = np.asarray(low, np.float32)
-        high = np.asarray(high, np.float32)
-        self.low = Tensor(low)
-        self.high = Tensor(high)
-        self.half_range = Tensor(((high - low) / 2.0).astype(np.float32))
-
-    def construct(self, a):
-        return ops.clip_by_value(self.low + (a + 1.0) * self.half_range, self.low, self.high)
