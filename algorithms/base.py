@@ -556,6 +556,7 @@ class OffPolicyAlgorithm(Algorithm):
                 # RunContext.after_iteration costs ~1 ms (tensorboard + jsonl), as much as a small update.
                 step = self.num_timesteps
                 if (step - last_log >= c.log_interval or step >= cfg.total_timesteps
+                        or self.stop_requested is not None  # a signal: checkpoint after this round
                         or (run.next_eval is not None and step >= run.next_eval)
                         or (run.next_ckpt is not None and step >= run.next_ckpt)):
                     run.after_iteration(_mean_stats(pending))
