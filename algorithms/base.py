@@ -6,6 +6,7 @@ for on-policy methods, a rollout cell.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import os
 import time
 from typing import Callable, Dict, List, Optional, Tuple
@@ -43,6 +44,43 @@ class NonFiniteError(RuntimeError):
 def schedule_value(initial: float, kind: str, progress_remaining: float) -> float:
     """constant, or linear decay to 0 as training progresses (RL-Zoo's ``lin_`` schedules)."""
     return initial * progress_remaining if kind == "linear" else initial
+
+
+@dataclass
+class OffPolicyConfig:
+    """Fields shared by SAC and TD3 (the replay loop of OffPolicyAlgorithm)."""
+
+    learning_rate: float = 3e-4
+    """Adam learning rate of the critics and the actor (and SAC's temperature)."""
+    buffer_size: int = 1000000
+    """Replay buffer capacity in transitions."""
+    memory_lean: bool = False
+    """Replay buffer stores each observation once (next_obs read from the following row)."""
+    save_replay_buffer: bool = False
+    """Include the replay buffer in checkpoints (exact resume; large files)."""
+    learning_starts: int = 100
+    """Environment steps of uniform random actions (and no updates) before learning starts."""
+    batch_size: int = 256
+    """Minibatch size of each gradient step."""
+    tau: float = 0.005
+    """Polyak coefficient: target <- (1 - tau) * target + tau * online, at every target update."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 1
+    """Vector-env steps collected per training round (each is env.n_envs environment steps)."""
+    gradient_steps: int = 1
+    """Gradient steps per training round (-1: as many as environment steps collected in the round)."""
+    log_interval: int = 1000
+    """Environment steps between training log lines (stats averaged over the rounds in between)."""
+
+
+POSITIVE = (lambda v: v > 0, "a positive number")
+NON_NEGATIVE = (lambda v: v >= 0, "a number >= 0")
+OffPolicyConfig._checks = {
+    "learning_rate": POSITIVE, "buffer_size": POSITIVE, "learning_starts": NON_NEGATIVE, "batch_size": POSITIVE,
+    "tau": (lambda v: 0 < v <= 1, "a number in (0, 1]"), "gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "train_freq": POSITIVE, "log_interval": POSITIVE,
+    "gradient_steps": (lambda v: v > 0 or v == -1, "a positive number or -1")}
 
 
 class Algorithm:

@@ -21,33 +21,11 @@ from mindspore import Tensor, nn, ops
 from msrl_consistent.distributions import tanh_gaussian_log_prob
 from msrl_consistent.networks import SACAgent, ScaleToBox, accurate_tanh
 
-from .base import FastCall, OffPolicyAlgorithm, polyak
+from .base import POSITIVE, FastCall, OffPolicyAlgorithm, OffPolicyConfig, polyak
 
 
 @dataclass
-class SACConfig:
-    learning_rate: float = 3e-4
-    """Adam learning rate of the critics, the actor and the temperature."""
-    buffer_size: int = 1000000
-    """Replay buffer capacity in transitions."""
-    memory_lean: bool = False
-    """Replay buffer stores each observation once (next_obs read from the following row)."""
-    save_replay_buffer: bool = False
-    """Include the replay buffer in checkpoints (exact resume; large files)."""
-    learning_starts: int = 100
-    """Environment steps of uniform random actions (and no updates) before learning starts."""
-    batch_size: int = 256
-    """Minibatch size of each gradient step."""
-    tau: float = 0.005
-    """Polyak coefficient: target <- (1 - tau) * target + tau * online, every gradient step."""
-    gamma: float = 0.99
-    """Discount factor."""
-    train_freq: int = 1
-    """Vector-env steps collected per training round (each is env.n_envs environment steps)."""
-    gradient_steps: int = 1
-    """Gradient steps per training round (-1: as many as environment steps collected in the round)."""
-    log_interval: int = 1000
-    """Environment steps between training log lines (stats averaged over the rounds in between)."""
+class SACConfig(OffPolicyConfig):
     auto_ent_coef: bool = True
     """Learn the entropy coefficient alpha so the policy entropy tracks target_entropy (SB3 ent_coef='auto')."""
     init_ent_coef: float = 1.0
@@ -56,12 +34,7 @@ class SACConfig:
     """Target entropy of the temperature loss (None: -dim(action space), Haarnoja et al. 2018)."""
 
 
-_pos = (lambda v: v > 0, "a positive number")
-_unit = (lambda v: 0 <= v <= 1, "a number in [0, 1]")
-SACConfig._checks = {"learning_rate": _pos, "buffer_size": _pos, "learning_starts": (lambda v: v >= 0, "a number >= 0"),
-                     "batch_size": _pos, "tau": (lambda v: 0 < v <= 1, "a number in (0, 1]"), "gamma": _unit,
-                     "train_freq": _pos, "log_interval": _pos, "init_ent_coef": _pos,
-                     "gradient_steps": (lambda v: v > 0 or v == -1, "a positive number or -1")}
+SACConfig._checks = {**OffPolicyConfig._checks, "init_ent_coef": POSITIVE}
 
 
 class SquashedGaussian(nn.Cell):

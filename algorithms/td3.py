@@ -22,33 +22,13 @@ from mindspore import Tensor, nn, ops
 
 from msrl_consistent.networks import ScaleToBox, TD3Agent, accurate_tanh
 
-from .base import FastCall, OffPolicyAlgorithm, polyak
+from .base import NON_NEGATIVE, POSITIVE, FastCall, OffPolicyAlgorithm, OffPolicyConfig, polyak
 
 
 @dataclass
-class TD3Config:
+class TD3Config(OffPolicyConfig):
     learning_rate: float = 1e-3
     """Adam learning rate of the critics and the actor."""
-    buffer_size: int = 1000000
-    """Replay buffer capacity in transitions."""
-    memory_lean: bool = False
-    """Replay buffer stores each observation once (next_obs read from the following row)."""
-    save_replay_buffer: bool = False
-    """Include the replay buffer in checkpoints (exact resume; large files)."""
-    learning_starts: int = 100
-    """Environment steps of uniform random actions (and no updates) before learning starts."""
-    batch_size: int = 256
-    """Minibatch size of each gradient step."""
-    tau: float = 0.005
-    """Polyak coefficient: target <- (1 - tau) * target + tau * online, at each delayed update."""
-    gamma: float = 0.99
-    """Discount factor."""
-    train_freq: int = 1
-    """Vector-env steps collected per training round (each is env.n_envs environment steps)."""
-    gradient_steps: int = 1
-    """Gradient steps per training round (-1: as many as environment steps collected in the round)."""
-    log_interval: int = 1000
-    """Environment steps between training log lines (stats averaged over the rounds in between)."""
     policy_delay: int = 2
     """Update the actor and the targets every this many critic updates."""
     target_policy_noise: float = 0.2
@@ -59,14 +39,8 @@ class TD3Config:
     """Std of the Gaussian exploration noise added to the actor's action (normalized units)."""
 
 
-_pos = (lambda v: v > 0, "a positive number")
-_nonneg = (lambda v: v >= 0, "a number >= 0")
-TD3Config._checks = {"learning_rate": _pos, "buffer_size": _pos, "learning_starts": _nonneg, "batch_size": _pos,
-                     "tau": (lambda v: 0 < v <= 1, "a number in (0, 1]"),
-                     "gamma": (lambda v: 0 <= v <= 1, "a number in [0, 1]"), "train_freq": _pos, "log_interval": _pos,
-                     "gradient_steps": (lambda v: v > 0 or v == -1, "a positive number or -1"),
-                     "policy_delay": _pos, "target_policy_noise": _nonneg, "target_noise_clip": _nonneg,
-                     "action_noise_sigma": _nonneg}
+TD3Config._checks = {**OffPolicyConfig._checks, "policy_delay": POSITIVE, "target_policy_noise": NON_NEGATIVE,
+                     "target_noise_clip": NON_NEGATIVE, "action_noise_sigma": NON_NEGATIVE}
 
 
 class TD3Act(nn.Cell):

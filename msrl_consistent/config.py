@@ -338,15 +338,14 @@ def field_docs(cls: Type) -> List[Tuple[str, str, Any, str]]:
     """(name, type, default, docstring) of every field, read from the source's field docstrings."""
     import ast
     import inspect
-    try:
-        src = inspect.getsource(cls)
-    except (OSError, TypeError):  # pragma: no cover
-        src = ""
+    import textwrap
     docs: Dict[str, str] = {}
-    if src:
-        import textwrap
-        tree = ast.parse(textwrap.dedent(src))
-        body = tree.body[0].body
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):  # base classes first
+        try:
+            src = inspect.getsource(klass)
+        except (OSError, TypeError):  # pragma: no cover
+            continue
+        body = ast.parse(textwrap.dedent(src)).body[0].body
         for a, b in zip(body, body[1:]):
             if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
                     and isinstance(getattr(b, "value", None), ast.Constant) and isinstance(b.value.value, str):
