@@ -21,7 +21,7 @@ from mindspore import Tensor, nn, ops
 from msrl_consistent.distributions import tanh_gaussian_log_prob
 from msrl_consistent.networks import SACAgent, ScaleToBox, accurate_tanh
 
-from .base import POSITIVE, FastCall, OffPolicyAlgorithm, OffPolicyConfig, polyak
+from .base import POSITIVE, FastCall, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak
 
 
 @dataclass
@@ -76,20 +76,6 @@ class SACAct(nn.Cell):
         return ops.concat((self.scale(a), a), -1)
 
 
-class CriticLoss(nn.Cell):
-    """0.5 * sum_i MSE(Q_i(s, a), y) over the twin critics (SB3's SAC critic loss)."""
-
-    def __init__(self, agent):
-        super().__init__()
-        self.agent = agent
-
-    def construct(self, x, actions, y):
-        q1 = self.agent.q1(x, actions)
-        q2 = self.agent.q2(x, actions)
-        loss = 0.5 * (((q1 - y) ** 2).mean() + ((q2 - y) ** 2).mean())
-        return loss, ops.stop_gradient(q1.mean())
-
-
 class ActorLoss(nn.Cell):
     """mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a = tanh(u) sampled with the host noise."""
 
@@ -119,7 +105,7 @@ class SACTrainStep(nn.Cell):
         self.agent = agent
         self.sampler = SquashedGaussian(agent)
         self.critic_opt, self.actor_opt, self.alpha_opt = critic_opt, actor_opt, alpha_opt
-        self.critic_grad = ops.value_and_grad(CriticLoss(agent), None, critic_opt.parameters, has_aux=True)
+        self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 0.5), None, critic_opt.parameters, has_aux=True)
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters, has_aux=True)
         self.targets = ms.ParameterTuple(list(agent.q1_target.get_parameters()) + list(agent.q2_target.get_parameters()))
         self.onlines = ms.ParameterTuple(list(agent.q1.get_parameters()) + list(agent.q2.get_parameters()))

@@ -22,7 +22,7 @@ from mindspore import Tensor, nn, ops
 
 from msrl_consistent.networks import ScaleToBox, TD3Agent, accurate_tanh
 
-from .base import NON_NEGATIVE, POSITIVE, FastCall, OffPolicyAlgorithm, OffPolicyConfig, polyak
+from .base import NON_NEGATIVE, POSITIVE, FastCall, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak
 
 
 @dataclass
@@ -72,19 +72,6 @@ class TargetPolicySmoothing(nn.Cell):
         return ops.clip_by_value(ops.tanh(u) + noise, -1.0, 1.0)
 
 
-class CriticLoss(nn.Cell):
-    """sum_i MSE(Q_i(s, a), y) over the twin critics (SB3's TD3 critic loss)."""
-
-    def __init__(self, agent):
-        super().__init__()
-        self.agent = agent
-
-    def construct(self, x, actions, y):
-        q1 = self.agent.q1(x, actions)
-        q2 = self.agent.q2(x, actions)
-        return ((q1 - y) ** 2).mean() + ((q2 - y) ** 2).mean(), ops.stop_gradient(q1.mean())
-
-
 class ActorLoss(nn.Cell):
     """-mean Q_1(s, tanh(actor(s))) (deterministic policy gradient through the first critic)."""
 
@@ -104,7 +91,7 @@ class TD3CriticStep(nn.Cell):
         super().__init__()
         self.agent = agent
         self.critic_opt = critic_opt
-        self.critic_grad = ops.value_and_grad(CriticLoss(agent), None, critic_opt.parameters, has_aux=True)
+        self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 1.0), None, critic_opt.parameters, has_aux=True)
         self.smooth = TargetPolicySmoothing(c.target_policy_noise, c.target_noise_clip)
         self.gamma = float(c.gamma)
         o, a = agent.spec.obs_dim, agent.spec.n_actions
