@@ -23,7 +23,7 @@ from msrl_consistent.determinism import configure_mindspore, params_sha256, seed
 from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.envs import env_spec, make_vec_env, run_episodes, seed_vec_env, step_transitions
 from msrl_consistent.logging import RunLogger
-from msrl_consistent.networks import build_agent, named_parameters
+from msrl_consistent.networks import build_agent, load_agent_parameters, named_parameters
 from msrl_consistent.normalization import RunningMeanStd
 
 
@@ -168,16 +168,7 @@ class Algorithm:
     def load_state(self, tensors: Dict[str, np.ndarray], meta: Dict[str, object], source: str = "",
                    training: bool = True) -> None:
         """Restore parameters (and, when ``training``, optimizer, counters and RNG states)."""
-        params = named_parameters(self.agent)
-        missing = [k for k in params if f"agent/{k}" not in tensors]
-        if missing:
-            raise ckpt.CheckpointError(f"{source}: checkpoint lacks parameters {missing[:5]} "
-                                       f"(was it written by another algorithm or network config?)")
-        for k, p in params.items():
-            arr = tensors[f"agent/{k}"]
-            if tuple(arr.shape) != tuple(p.shape):
-                raise ckpt.CheckpointError(f"{source}: parameter {k} has shape {arr.shape}, the network expects {tuple(p.shape)}")
-            p.set_data(Tensor(arr))
+        load_agent_parameters(self.agent, tensors, source)
         if self.obs_rms is not None and "host/obs_rms/mean" in tensors:
             self.obs_rms.load({k: tensors[f"host/obs_rms/{k}"] for k in ("mean", "var", "count")})
         if not training:

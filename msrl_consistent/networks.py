@@ -229,11 +229,37 @@ def named_parameters(cell: nn.Cell) -> dict:
     return {name: p for name, p in cell.parameters_and_names()}
 
 
+def load_agent_parameters(agent: nn.Cell, tensors: dict, source: str) -> None:
+    """Set every parameter of ``agent`` from checkpoint tensors ``agent/<name>``; a missing
+    parameter or a shape mismatch raises CheckpointError naming ``source``."""
+    from .checkpoint import CheckpointError
+
+    params = named_parameters(agent)
+    missing = [k for k in params if f"agent/{k}" not in tensors]
+    if missing:
+        raise CheckpointError(f"{source}: checkpoint lacks parameters {missing[:5]} "
+                              f"(was it written by another algorithm or network config?)")
+    for k, p in params.items():
+        arr = tensors[f"agent/{k}"]
+        if tuple(arr.shape) != tuple(p.shape):
+            raise CheckpointError(f"{source}: parameter {k} has shape {arr.shape}, the network expects {tuple(p.shape)}")
+        p.set_data(Tensor(arr))
+
+
 # ---------------------------------------------------------------------------------------
 # Agents: every network of an algorithm, built from (config, spaces, Generator). The
 # training losses (algorithms/) and the exported PolicyCell use these same sub-cells.
 # ---------------------------------------------------------------------------------------
-class ActorCriticAgent(nn.Cell):
+class Agent(nn.Cell):
+    """Base of every agent: ``normalizer``, ``actor`` (network output before the action head),
+    ``spec`` and ``squash``; ``policy_cell`` is the deterministic policy cell built from them."""
+    squash = False
+
+    def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
+        return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))
+
+
+class ActorCriticAgent(Agent):
     """PPO: actor (logits or Gaussian mean), critic V(s), state-independent log std.
 
     With ``policy.shared`` the two heads sit on one hidden trunk (one Cell object).
@@ -256,8 +282,6 @@ class ActorCriticAgent(nn.Cell):
         if not spec.discrete:
             self.log_std = Parameter(Tensor(np.full(out, pc.log_std_init, np.float32)), name="log_std")
 
-    def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
-        return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))
 
 
 AGENTS = {"ppo": ActorCriticAgent}
@@ -320,7 +344,7 @@ def frozen_copy(make, source: nn.Cell) -> nn.Cell:
     return target
 
 
-class SACAgent(nn.Cell):
+class SACAgent(Agent):
     """SAC (Haarnoja et al. 2018, v2): squashed Gaussian actor, twin Q critics with
     Polyak-averaged targets, temperature ``log_alpha``.
 
@@ -353,11 +377,9 @@ class SACAgent(nn.Cell):
         init_alpha = float(getattr(cfg.algo, "init_ent_coef", 1.0))
         self.log_alpha = Parameter(Tensor(np.array([np.log(init_alpha)], np.float32)), name="log_alpha")
 
-    def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
-        return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))
 
 
-class TD3Agent(nn.Cell):
+class TD3Agent(Agent):
     """TD3 (Fujimoto et al. 2018): deterministic actor (pre-tanh output), twin Q critics,
     target copies of the actor and both critics."""
     squash = True
@@ -385,8 +407,6 @@ class TD3Agent(nn.Cell):
         self.q1_target = frozen_copy(make_q, self.q1)
         self.q2_target = frozen_copy(make_q, self.q2)
 
-    def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
-        return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))
 
 
 AGENTS["sac"] = SACAgent

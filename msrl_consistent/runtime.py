@@ -128,7 +128,7 @@ class TrainCellPolicy(Policy):
         from . import checkpoint as ckpt
         from .determinism import configure_mindspore
         from .envs import env_spec
-        from .networks import CastIO, build_agent, named_parameters
+        from .networks import CastIO, build_agent, load_agent_parameters
 
         cfg = read_run_config(run_dir)
         configure_mindspore(cfg.device)
@@ -139,13 +139,7 @@ class TrainCellPolicy(Policy):
                                        f"but {run_dir}/config.yaml says {cfg.algorithm!r}")
         spec = env_spec(cfg.env)
         agent = build_agent(cfg, spec, np.random.default_rng(0))
-        for k, p in named_parameters(agent).items():
-            key = f"agent/{k}"
-            if key not in tensors:
-                raise ckpt.CheckpointError(f"{path}: missing parameter {k}")
-            if tuple(tensors[key].shape) != tuple(p.shape):
-                raise ckpt.CheckpointError(f"{path}: parameter {k} has shape {tensors[key].shape}, expected {tuple(p.shape)}")
-            p.set_data(Tensor(tensors[key]))
+        load_agent_parameters(agent, tensors, path)
         super().__init__(spec, None, cfg.env)
         self.cfg = cfg
         self.agent = agent
