@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 import os
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import mindspore as ms
@@ -18,7 +18,7 @@ from mindspore import Tensor, nn, ops
 import msrl_consistent
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.buffers import ReplayBuffer, RolloutBuffer
-from msrl_consistent.config import Config, dump_config, to_dict
+from msrl_consistent.config import Config, to_dict
 from msrl_consistent.determinism import configure_mindspore, params_sha256, seed_everything
 from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.envs import env_spec, make_vec_env, run_episodes, seed_vec_env, step_transitions
@@ -72,6 +72,8 @@ class OffPolicyConfig:
     """Gradient steps per training round (-1: as many as environment steps collected in the round)."""
     log_interval: int = 1000
     """Environment steps between training log lines (stats averaged over the rounds in between)."""
+    fuse_act: bool = True
+    """Compute the next exploration action in the graph call of the round's last gradient step (bit-identical results, one graph call per round fewer; off with env.normalize_obs)."""
 
 
 POSITIVE = (lambda v: v > 0, "a positive number")
@@ -481,8 +483,17 @@ class OffPolicyAlgorithm(Algorithm):
     transition (SAME_STEP autoreset: ``real_next_obs`` from envs.step_transitions).
 
     Subclasses provide ``act_cell`` ((obs, noise) -> concat(env action, normalized action),
-    one graph call per vector step) with ``act_fn = FastCall(act_cell)``, and
-    ``train(gradient_steps)``; ``exploration_noise(n)`` may be overridden.
+    one graph call per vector step), ``update_cells`` (name -> cell: packed batch -> stacked
+    stats, one graph call per gradient step), ``update_kind(n)`` (which cell runs the n-th
+    gradient step), ``noise_columns`` (standard-normal columns appended to each batch row)
+    and ``summarize``; ``exploration_noise(n)`` may be overridden.
+
+    With ``algo.fuse_act`` the round's last gradient step and the exploration action for the
+    next observation run in one graph call (``UpdateThenAct``): the action is computed with
+    the updated parameters and the noise the next ``explore`` would have drawn, in the same
+    order from the Generator, so the results are bit-identical to the unfused loop (a test
+    compares parameter hashes) with one graph call per round fewer. Not used with
+    observation normalization (the statistics are synced after the update).
 
     Checkpoints include the replay buffer only with ``algo.save_replay_buffer`` (exact
     resume); by default it is left out: 1M HalfCheetah transitions are ~100-190 MB per
@@ -492,6 +503,60 @@ class OffPolicyAlgorithm(Algorithm):
 
     buffer: Optional[ReplayBuffer] = None
     _policy_fn: Optional[FastCall] = None
+    _act_fn: Optional[FastCall] = None
+    act_cell: nn.Cell
+    update_cells: Dict[str, nn.Cell]
+    noise_columns: int = 0
+
+    def update_kind(self, n_update: int) -> str:
+        """Name of the update cell that runs the ``n_update``-th gradient step (1-based)."""
+        return next(iter(self.update_cells))
+
+    def summarize(self, stats: List[Tuple[str, np.ndarray]]) -> Dict[str, float]:
+        """Training stats of one round from (update kind, stacked stats) per gradient step."""
+        raise NotImplementedError
+
+    def _fn(self, kind: str, fused: bool) -> FastCall:
+        """FastCall of an update cell, or of the update cell followed by the acting cell."""
+        fns = self.__dict__.setdefault("_update_fns", {})
+        key = (kind, fused)
+        if key not in fns:
+            cell = self.update_cells[kind]
+            fns[key] = FastCall(UpdateThenAct(cell, self.act_cell) if fused else cell)
+        return fns[key]
+
+    def packed_batch(self) -> np.ndarray:
+        """One float32 training batch [obs | action | reward | next_obs | terminated | noise]:
+        the batch and then ``noise_columns`` standard-normal columns, both from the Generator."""
+        bs = self.cfg.algo.batch_size
+        b = self.sample_batch(bs)
+        noise = self.rng.standard_normal((bs, self.noise_columns), dtype=np.float32)
+        return np.concatenate([b["obs"], b["actions"], b["rewards"][:, None], b["next_obs"],
+                               b["terminated"][:, None], noise], axis=1)
+
+    def train(self, gradient_steps: int, act_obs: Optional[np.ndarray] = None):
+        """Run ``gradient_steps`` updates, one graph call each; returns the round's stats.
+
+        With ``act_obs``, the last call also computes the exploration action for ``act_obs``
+        with the updated parameters and returns ``(stats, (env action, normalized action))``."""
+        raw: List[Tuple[str, Tensor]] = []
+        action = None
+        for i in range(gradient_steps):
+            self.n_updates += 1
+            kind = self.update_kind(self.n_updates)
+            packed = Tensor(self.packed_batch())
+            if act_obs is not None and i == gradient_steps - 1:
+                noise = self.exploration_noise(act_obs.shape[0])
+                stats, out = self._fn(kind, True)(packed, Tensor(act_obs), Tensor(noise))
+                out = out.asnumpy()
+                k = self.spec.n_actions
+                action = (out[:, :k], out[:, k:])
+            else:
+                stats = self._fn(kind, False)(packed)
+            raw.append((kind, stats))
+        res = self.summarize([(kind, t.asnumpy()) for kind, t in raw])
+        res["n_updates"] = self.n_updates
+        return res if act_obs is None else (res, action)
 
     # -- acting ----------------------------------------------------------------------------
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
@@ -506,7 +571,9 @@ class OffPolicyAlgorithm(Algorithm):
 
     def explore(self, obs: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """(env action, normalized action) of the exploration policy: one graph call."""
-        out = self.act_fn(Tensor(obs), Tensor(self.exploration_noise(obs.shape[0]))).asnumpy()
+        if self._act_fn is None:
+            self._act_fn = FastCall(self.act_cell)
+        out = self._act_fn(Tensor(obs), Tensor(self.exploration_noise(obs.shape[0]))).asnumpy()
         k = self.spec.n_actions
         return out[:, :k], out[:, k:]
 
@@ -553,12 +620,16 @@ class OffPolicyAlgorithm(Algorithm):
         warmup_end = c.learning_starts
         if buf.size == 0 and self.num_timesteps > 0:
             warmup_end = self.num_timesteps + c.learning_starts  # resumed without its replay buffer
+        fuse = bool(c.fuse_act) and self.obs_rms is None
+        next_action = None  # exploration action for `obs` computed by the last (fused) update call
         try:
             while self.num_timesteps < cfg.total_timesteps:
                 collected = 0
                 for _ in range(c.train_freq):
                     if self.num_timesteps < warmup_end:
                         env_a, a = self.random_actions(n_envs)
+                    elif next_action is not None:
+                        (env_a, a), next_action = next_action, None
                     else:
                         env_a, a = self.explore(obs)
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
@@ -577,7 +648,11 @@ class OffPolicyAlgorithm(Algorithm):
                         break
                 if self.num_timesteps > warmup_end and buf.size >= 1:  # SB3: train once past learning_starts
                     steps = c.gradient_steps if c.gradient_steps > 0 else collected
-                    pending.append(self.train(steps))
+                    if fuse and self.num_timesteps < cfg.total_timesteps:
+                        stats, next_action = self.train(steps, act_obs=obs)
+                    else:
+                        stats = self.train(steps)
+                    pending.append(stats)
                 # New statistics take effect after the update (frozen during a round and its update).
                 self.sync_normalizer()
                 self.iterations += 1
@@ -602,6 +677,21 @@ def _mean_stats(rounds: List[Dict[str, float]]) -> Dict[str, float]:
         out[k] = vals[-1] if k.startswith("n_") else float(np.mean(vals))
     out["train_rounds"] = len(rounds)
     return out
+
+
+class UpdateThenAct(nn.Cell):
+    """One graph: a gradient step (packed batch -> stats), then the exploration action for the
+    next observation. MindSpore orders the acting cell's Parameter reads after the update's
+    in-place writes (program order of side effects), so the action is the updated policy's."""
+
+    def __init__(self, update: nn.Cell, act: nn.Cell):
+        super().__init__()
+        self.update = update
+        self.act = act
+
+    def construct(self, batch, obs, noise):
+        stats = self.update(batch)
+        return stats, self.act(obs, noise)
 
 
 def polyak(targets, onlines, tau: float, ready):

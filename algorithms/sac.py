@@ -3,25 +3,26 @@ arXiv:1812.05905): twin Q critics with Polyak-averaged targets, a tanh-squashed 
 actor, and a learned temperature alpha.
 
 Reads top to bottom: config, the squashed-Gaussian sampler, the acting cell, the losses
-(critic and actor; the temperature gradient is one line), the compiled update step, and
-``train``. One graph call per gradient step does the critic, actor, temperature and target
-updates, in Stable-Baselines3's order; one graph call per vector step acts. All sampling
+(critic and actor; the temperature gradient is one line), the compiled update step, and the
+hooks of the shared loop. One graph call per gradient step does the critic, actor,
+temperature and target updates, in Stable-Baselines3's order; the exploration action of the
+next step runs in the same call as the round's last update (base.UpdateThenAct). All sampling
 noise is drawn on the host from the run's Generator and passed into the graphs. The loop,
 the replay buffer and the policy cell are shared (base.py, buffers.py, networks.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Optional
 
 import numpy as np
 import mindspore as ms
-from mindspore import Tensor, nn, ops
+from mindspore import nn, ops
 
 from msrl_consistent.distributions import tanh_gaussian_log_prob
 from msrl_consistent.networks import SACAgent, ScaleToBox, accurate_tanh
 
-from .base import POSITIVE, FastCall, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak
+from .base import POSITIVE, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak
 
 
 @dataclass
@@ -169,21 +170,10 @@ class SAC(OffPolicyAlgorithm):
         else:
             agent.log_alpha.requires_grad = False
         self.act_cell = SACAct(agent)
-        self.step_cell = SACTrainStep(agent, c, self.critic_opt, self.actor_opt, self.alpha_opt, self.target_entropy)
-        self.act_fn, self.step_fn = FastCall(self.act_cell), FastCall(self.step_cell)
+        self.update_cells = {"step": SACTrainStep(agent, c, self.critic_opt, self.actor_opt, self.alpha_opt,
+                                                  self.target_entropy)}
+        self.noise_columns = 2 * self.spec.n_actions  # a ~ pi(.|s) and a' ~ pi(.|s')
 
-    def train(self, gradient_steps: int) -> Dict[str, float]:
-        c: SACConfig = self.cfg.algo
-        a = self.spec.n_actions
-        outs = []
-        for _ in range(gradient_steps):
-            b = self.sample_batch(c.batch_size)
-            noise = self.rng.standard_normal((c.batch_size, 2 * a), dtype=np.float32)
-            packed = np.concatenate([b["obs"], b["actions"], b["rewards"][:, None], b["next_obs"],
-                                     b["terminated"][:, None], noise], axis=1)
-            outs.append(self.step_fn(Tensor(packed)))
-            self.n_updates += 1
-        mean = np.mean([o.asnumpy() for o in outs], axis=0)
-        res = {k: float(v) for k, v in zip(STAT_NAMES, mean)}
-        res["n_updates"] = self.n_updates
-        return res
+    def summarize(self, stats):
+        mean = np.mean([s for _, s in stats], axis=0)
+        return {k: float(v) for k, v in zip(STAT_NAMES, mean)}

@@ -3,8 +3,8 @@ Actor-Critic Methods", arXiv:1802.09477): clipped double-Q learning, target poli
 smoothing, delayed actor and target updates.
 
 Reads top to bottom: config, the acting cell (Gaussian exploration noise), target policy
-smoothing, the losses, the two compiled update steps, and ``train``. The policy delay is
-chosen on the host: every ``policy_delay``-th gradient step runs the full step (critic,
+smoothing, the losses, the two compiled update steps, and the hooks of the shared loop
+(base.OffPolicyAlgorithm.train). The policy delay is chosen on the host: every ``policy_delay``-th gradient step runs the full step (critic,
 actor, Polyak updates of all targets), the others the critic-only step; each gradient step
 is one graph call and no step computes an actor gradient it would throw away. All noise is
 drawn on the host from the run's Generator. Actions are in normalized units [-1, 1] inside
@@ -14,15 +14,14 @@ Box's units. Follows Stable-Baselines3's TD3.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
 
 import numpy as np
 import mindspore as ms
-from mindspore import Tensor, nn, ops
+from mindspore import nn, ops
 
 from msrl_consistent.networks import ScaleToBox, TD3Agent, accurate_tanh
 
-from .base import NON_NEGATIVE, POSITIVE, FastCall, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak
+from .base import NON_NEGATIVE, POSITIVE, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak
 
 
 @dataclass
@@ -154,28 +153,18 @@ class TD3(OffPolicyAlgorithm):
         self.actor_opt = nn.Adam(list(agent.actor.trainable_params()), learning_rate=c.learning_rate)
         self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
         self.act_cell = TD3Act(agent, c.action_noise_sigma)
-        self.critic_step = TD3CriticStep(agent, c, self.critic_opt)
-        self.full_step = TD3FullStep(agent, c, self.critic_opt, self.actor_opt)
-        self.act_fn = FastCall(self.act_cell)
-        self.critic_fn, self.full_fn = FastCall(self.critic_step), FastCall(self.full_step)
+        self.update_cells = {"critic": TD3CriticStep(agent, c, self.critic_opt),
+                             "full": TD3FullStep(agent, c, self.critic_opt, self.actor_opt)}
+        self.noise_columns = self.spec.n_actions  # target policy smoothing
 
-    def train(self, gradient_steps: int) -> Dict[str, float]:
-        c: TD3Config = self.cfg.algo
-        critic_out, actor_out = [], []
-        for _ in range(gradient_steps):
-            self.n_updates += 1
-            b = self.sample_batch(c.batch_size)
-            noise = self.rng.standard_normal((c.batch_size, self.spec.n_actions), dtype=np.float32)
-            packed = Tensor(np.concatenate([b["obs"], b["actions"], b["rewards"][:, None], b["next_obs"],
-                                            b["terminated"][:, None], noise], axis=1))
-            if self.n_updates % c.policy_delay == 0:
-                actor_out.append(self.full_fn(packed))
-            else:
-                critic_out.append(self.critic_fn(packed))
-        critic = [o.asnumpy() for o in critic_out]
-        full = [o.asnumpy() for o in actor_out]
-        both = np.stack([s[:2] for s in critic + full])
-        res = {"critic_loss": float(both[:, 0].mean()), "q_mean": float(both[:, 1].mean()), "n_updates": self.n_updates}
+    def update_kind(self, n_update: int) -> str:
+        """Every policy_delay-th gradient step is the full step (critic, actor, targets)."""
+        return "full" if n_update % self.cfg.algo.policy_delay == 0 else "critic"
+
+    def summarize(self, stats):
+        both = np.stack([s[:2] for _, s in stats])
+        res = {"critic_loss": float(both[:, 0].mean()), "q_mean": float(both[:, 1].mean())}
+        full = [s[2] for kind, s in stats if kind == "full"]
         if full:
-            res["actor_loss"] = float(np.mean([s[2] for s in full]))
+            res["actor_loss"] = float(np.mean(full))
         return res

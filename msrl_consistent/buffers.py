@@ -6,7 +6,7 @@ truncated episode (bootstrap), and nothing for a terminated one (masked by `term
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 

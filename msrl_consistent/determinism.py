@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Dict, Iterable, Tuple
+from typing import Dict
 
 import numpy as np
 

@@ -9,9 +9,8 @@ every ended sub-env, so truncated episodes bootstrap from it and terminated ones
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 

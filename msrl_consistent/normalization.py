@@ -10,7 +10,6 @@ the log-probabilities recorded at collection time are the ones the update recomp
 from __future__ import annotations
 
 import numpy as np
-import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import atexit
 import io
 import json
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 

@@ -17,7 +17,6 @@ returns the environment action(s) as a NumPy array (int32 indices or float32 vec
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 

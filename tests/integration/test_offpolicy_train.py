@@ -20,8 +20,11 @@ def test_sac_deterministic_and_lean_buffer_identical(tmp_path):
     _, s2, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT, "b")
     _, s3, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT + ["seed=1"], "c")
     _, s4, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT + ["algo.memory_lean=true"], "d")
+    _, s5, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT + ["algo.fuse_act=false"], "e")
     assert s1["num_timesteps"] == 600 and a1.n_updates == 400
     assert s1["params_sha256"] == s2["params_sha256"] == a1.params_hash()
+    # acting inside the update's graph call (fuse_act, the default) changes nothing
+    assert s5["params_sha256"] == s1["params_sha256"]
     assert s1["params_sha256"] != s3["params_sha256"]
     # the lean buffer returns the same samples, so the whole run is bit-identical
     assert s4["params_sha256"] == s1["params_sha256"]
@@ -42,9 +45,16 @@ def test_td3_deterministic(tmp_path):
     _, s1, a1 = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP, "a")
     _, s2, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP, "b")
     _, s3, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP + ["seed=1"], "c")
+    _, s4, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP + ["algo.fuse_act=false"], "d")
     assert s1["num_timesteps"] == 600 and a1.n_updates == 400
     assert s1["params_sha256"] == s2["params_sha256"] == a1.params_hash()
     assert s1["params_sha256"] != s3["params_sha256"]
+    assert s4["params_sha256"] == s1["params_sha256"]  # fuse_act changes nothing
+    # rounds of 100 steps (100 gradient steps each, the last fused with the next action)
+    rounds = ["algo.train_freq=100", "algo.gradient_steps=-1"]
+    _, r1, b1 = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + rounds, "e")
+    _, r2, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + rounds + ["algo.fuse_act=false"], "f")
+    assert b1.n_updates == 400 and r1["params_sha256"] == r2["params_sha256"] != s1["params_sha256"]
     # the checkpoint does not carry the buffer by default
     tensors, _ = ckpt.load_checkpoint(os.path.join(str(tmp_path), "a", "checkpoints", "final.safetensors"))
     assert not any(k.startswith("replay/") for k in tensors)
