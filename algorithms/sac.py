@@ -22,7 +22,7 @@ from mindspore import nn, ops
 from msrl_consistent.distributions import tanh_gaussian_log_prob
 from msrl_consistent.networks import SACAgent, ScaleToBox, accurate_tanh
 
-from .base import POSITIVE, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak
+from .base import POSITIVE, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak, twin_critic_params
 
 
 @dataclass
@@ -108,8 +108,8 @@ class SACTrainStep(nn.Cell):
         self.critic_opt, self.actor_opt, self.alpha_opt = critic_opt, actor_opt, alpha_opt
         self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 0.5), None, critic_opt.parameters, has_aux=True)
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters, has_aux=True)
-        self.targets = ms.ParameterTuple(list(agent.q1_target.get_parameters()) + list(agent.q2_target.get_parameters()))
-        self.onlines = ms.ParameterTuple(list(agent.q1.get_parameters()) + list(agent.q2.get_parameters()))
+        self.targets = ms.ParameterTuple(twin_critic_params(agent, targets=True))
+        self.onlines = ms.ParameterTuple(twin_critic_params(agent))
         self.gamma, self.tau = float(c.gamma), float(c.tau)
         self.auto_alpha = bool(c.auto_ent_coef)
         self.target_entropy = float(target_entropy)
@@ -158,9 +158,8 @@ class SAC(OffPolicyAlgorithm):
         c: SACConfig = self.cfg.algo
         agent: SACAgent = self.agent
         self.target_entropy = float(c.target_entropy if c.target_entropy is not None else -self.spec.n_actions)
-        critic_params = list(agent.q1.trainable_params()) + list(agent.q2.trainable_params())
         actor_params = list(agent.actor.trainable_params()) + list(agent.log_std_head.trainable_params())
-        self.critic_opt = nn.Adam(critic_params, learning_rate=c.learning_rate)
+        self.critic_opt = nn.Adam(twin_critic_params(agent), learning_rate=c.learning_rate)
         self.actor_opt = nn.Adam(actor_params, learning_rate=c.learning_rate)
         self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
         self.alpha_opt = None

@@ -4,8 +4,9 @@ smoothing, delayed actor and target updates.
 
 Reads top to bottom: config, the acting cell (Gaussian exploration noise), target policy
 smoothing, the losses, the two compiled update steps, and the hooks of the shared loop
-(base.OffPolicyAlgorithm.train). The policy delay is chosen on the host: every ``policy_delay``-th gradient step runs the full step (critic,
-actor, Polyak updates of all targets), the others the critic-only step; each gradient step
+(base.OffPolicyAlgorithm.train). The policy delay is chosen on the host: every
+``policy_delay``-th gradient step runs the full step (critic, actor, Polyak updates of all
+targets), the others the critic-only step; each gradient step
 is one graph call and no step computes an actor gradient it would throw away. All noise is
 drawn on the host from the run's Generator. Actions are in normalized units [-1, 1] inside
 the algorithm (the replay buffer, the critics, the noise); only the env action is in the
@@ -21,7 +22,7 @@ from mindspore import nn, ops
 
 from msrl_consistent.networks import ScaleToBox, TD3Agent, accurate_tanh
 
-from .base import NON_NEGATIVE, POSITIVE, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak
+from .base import NON_NEGATIVE, POSITIVE, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak, twin_critic_params
 
 
 @dataclass
@@ -126,8 +127,8 @@ class TD3FullStep(TD3CriticStep):
         self.actor_opt = actor_opt
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters)
         self.tau = float(c.tau)
-        self.critic_targets = ms.ParameterTuple(list(agent.q1_target.get_parameters()) + list(agent.q2_target.get_parameters()))
-        self.critics = ms.ParameterTuple(list(agent.q1.get_parameters()) + list(agent.q2.get_parameters()))
+        self.critic_targets = ms.ParameterTuple(twin_critic_params(agent, targets=True))
+        self.critics = ms.ParameterTuple(twin_critic_params(agent))
         self.actor_targets = ms.ParameterTuple(list(agent.actor_target.get_parameters()))
         self.actors = ms.ParameterTuple(list(agent.actor.get_parameters()))
 
@@ -148,8 +149,7 @@ class TD3(OffPolicyAlgorithm):
     def build(self) -> None:
         c: TD3Config = self.cfg.algo
         agent: TD3Agent = self.agent
-        critic_params = list(agent.q1.trainable_params()) + list(agent.q2.trainable_params())
-        self.critic_opt = nn.Adam(critic_params, learning_rate=c.learning_rate)
+        self.critic_opt = nn.Adam(twin_critic_params(agent), learning_rate=c.learning_rate)
         self.actor_opt = nn.Adam(list(agent.actor.trainable_params()), learning_rate=c.learning_rate)
         self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
         self.act_cell = TD3Act(agent, c.action_noise_sigma)
