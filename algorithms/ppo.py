@@ -2,24 +2,32 @@
 
 Reads top to bottom: config, rollout cell, loss (all of it in PPOLoss.construct), the
 compiled update step, and ``train`` (epochs x minibatches over one rollout). The loop,
-buffer and policy are shared (base.py, buffers.py, networks.py). Defaults follow
+buffer and policy cell are shared (on_policy.py, buffers.py, networks.py). Defaults follow
 Stable-Baselines3; the configs under configs/ppo/ follow RL-Zoo's tuned hyperparameters.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Literal, Optional
+from typing import ClassVar, Dict, Literal, Optional
 
-import numpy as np
 import mindspore as ms
-from mindspore import Tensor, nn, ops
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
 
-from msrl_consistent.config import ConfigError
+from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check, ConfigError
 from msrl_consistent.distributed import current as current_dist
-from msrl_consistent.distributions import (categorical_entropy, categorical_log_prob, categorical_sample,
-                                           gaussian_entropy, gaussian_log_prob)
+from msrl_consistent.distributions import (
+    categorical_entropy,
+    categorical_log_prob,
+    categorical_sample,
+    gaussian_entropy,
+    gaussian_log_prob,
+)
+from msrl_consistent.networks import MLP, Agent, Chain, dense
+from msrl_consistent.normalization import ObsNormalizer
 
-from .base import OnPolicyAlgorithm, schedule_value
+from .algorithm import register, schedule_value
+from .on_policy import OnPolicyAlgorithm
 
 
 @dataclass
@@ -57,13 +65,35 @@ class PPOConfig:
     adam_eps: float = 1e-5
     """Adam epsilon."""
 
+    checks: ClassVar[Dict[str, Check]] = {
+        "learning_rate": POSITIVE, "n_steps": POSITIVE, "batch_size": POSITIVE, "n_epochs": POSITIVE,
+        "gamma": UNIT_INTERVAL, "gae_lambda": UNIT_INTERVAL, "clip_range": POSITIVE, "clip_range_vf": POSITIVE,
+        "ent_coef": NON_NEGATIVE, "vf_coef": NON_NEGATIVE, "max_grad_norm": POSITIVE, "target_kl": POSITIVE,
+        "adam_eps": POSITIVE}
 
-_pos = (lambda v: v > 0, "a positive number")
-_unit = (lambda v: 0 <= v <= 1, "a number in [0, 1]")
-PPOConfig._checks = {"learning_rate": _pos, "n_steps": _pos, "batch_size": _pos, "n_epochs": _pos,
-                     "gamma": _unit, "gae_lambda": _unit, "clip_range": _pos, "clip_range_vf": _pos,
-                     "ent_coef": (lambda v: v >= 0, "a number >= 0"), "vf_coef": (lambda v: v >= 0, "a number >= 0"),
-                     "max_grad_norm": _pos, "target_kl": _pos, "adam_eps": _pos}
+
+class ActorCriticAgent(Agent):
+    """PPO: actor (logits or Gaussian mean), critic V(s), state-independent log std.
+
+    With ``policy.shared`` the two heads sit on one hidden trunk (one Cell object).
+    """
+    squash = False
+
+    def __init__(self, cfg, spec, rng: np.random.Generator):
+        super().__init__()
+        pc = cfg.policy
+        obs_dim, out = spec.obs_dim, spec.n_actions
+        self.spec = spec
+        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
+        if pc.shared:
+            trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
+            self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))
+            self.critic = Chain(trunk, dense(rng, trunk.out_dim, 1, 1.0, pc.ortho_init))
+        else:
+            self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
+            self.critic = MLP(rng, obs_dim, pc.critic_arch or pc.net_arch, pc.activation, 1, 1.0, pc.ortho_init)
+        if not spec.discrete:
+            self.log_std = Parameter(Tensor(np.full(out, pc.log_std_init, np.float32)), name="log_std")
 
 
 class PPORollout(nn.Cell):
@@ -168,9 +198,11 @@ class PPOTrainStep(nn.Cell):
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 
 
+@register
 class PPO(OnPolicyAlgorithm):
     name = "ppo"
     config_cls = PPOConfig
+    agent_cls = ActorCriticAgent
 
     def build(self) -> None:
         c: PPOConfig = self.cfg.algo
@@ -201,7 +233,9 @@ class PPO(OnPolicyAlgorithm):
         n = data["obs"].shape[0]
         stats = []
         stop = False
-        for epoch in range(c.n_epochs):
+        epochs = 0
+        for _ in range(c.n_epochs):
+            epochs += 1
             perm = self.rng.permutation(n)
             for start in range(0, n, c.batch_size):
                 idx = perm[start:start + c.batch_size]
@@ -225,7 +259,7 @@ class PPO(OnPolicyAlgorithm):
         res["explained_variance"] = float("nan") if var_ret == 0 else float(1.0 - np.var(data["returns"] - data["values"]) / var_ret)
         res["learning_rate"] = lr
         res["clip_range"] = clip
-        res["epochs"] = epoch + 1
+        res["epochs"] = epochs
         if not self.spec.discrete:
             res["std"] = float(np.exp(self.agent.log_std.asnumpy()).mean())
         return res

@@ -6,23 +6,37 @@ Reads top to bottom: config, the squashed-Gaussian sampler, the acting cell, the
 (critic and actor; the temperature gradient is one line), the compiled update step, and the
 hooks of the shared loop. One graph call per gradient step does the critic, actor,
 temperature and target updates, in Stable-Baselines3's order; the exploration action of the
-next step runs in the same call as the round's last update (base.UpdateThenAct). All sampling
+next step runs in the same call as the round's last update (cells.UpdateThenAct). All sampling
 noise is drawn on the host from the run's Generator and passed into the graphs. The loop,
-the replay buffer and the policy cell are shared (base.py, buffers.py, networks.py).
+the replay buffer and the policy cell are shared (off_policy.py, buffers.py, networks.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Dict, Optional
 
-import numpy as np
 import mindspore as ms
-from mindspore import nn, ops
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
 
+from msrl_consistent.config import POSITIVE, Check
 from msrl_consistent.distributions import tanh_gaussian_log_prob
-from msrl_consistent.networks import SACAgent, ScaleToBox, accurate_tanh
+from msrl_consistent.networks import (
+    MLP,
+    Agent,
+    Chain,
+    QNetwork,
+    ScaleToBox,
+    accurate_tanh,
+    dense,
+    frozen_copy,
+    require_box,
+)
+from msrl_consistent.normalization import ObsNormalizer
 
-from .base import POSITIVE, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak, twin_critic_params
+from .algorithm import register
+from .cells import TwinCriticLoss, polyak, twin_critic_params
+from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
 
 
 @dataclass
@@ -34,8 +48,41 @@ class SACConfig(OffPolicyConfig):
     target_entropy: Optional[float] = None
     """Target entropy of the temperature loss (None: -dim(action space), Haarnoja et al. 2018)."""
 
+    checks: ClassVar[Dict[str, Check]] = {**OffPolicyConfig.checks, "init_ent_coef": POSITIVE}
 
-SACConfig._checks = {**OffPolicyConfig._checks, "init_ent_coef": POSITIVE}
+
+class SACAgent(Agent):
+    """SAC (Haarnoja et al. 2018, v2): squashed Gaussian actor, twin Q critics with
+    Polyak-averaged targets, temperature ``log_alpha``.
+
+    ``actor = Chain(trunk, mean head)`` is exactly what the PolicyCell uses; the log-std
+    head sits on the same trunk (``log_std_head``) and is clamped to [-20, 2] by the
+    sampling and loss cells (algorithms/sac.py).
+    """
+    squash = True
+    LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+    def __init__(self, cfg, spec, rng: np.random.Generator):
+        super().__init__()
+        require_box(spec, "sac")
+        pc = cfg.policy
+        obs_dim, act_dim = spec.obs_dim, spec.n_actions
+        self.spec = spec
+        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
+        trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
+        self.actor = Chain(trunk, dense(rng, trunk.out_dim, act_dim, 0.01, pc.ortho_init))
+        self.log_std_head = dense(rng, trunk.out_dim, act_dim, 0.01, pc.ortho_init)
+        carch = pc.critic_arch or pc.net_arch
+
+        def make_q(r):
+            return QNetwork(r, obs_dim, act_dim, carch, pc.activation, pc.ortho_init)
+
+        self.q1 = make_q(rng)
+        self.q2 = make_q(rng)
+        self.q1_target = frozen_copy(make_q, self.q1)
+        self.q2_target = frozen_copy(make_q, self.q2)
+        init_alpha = float(getattr(cfg.algo, "init_ent_coef", 1.0))
+        self.log_alpha = Parameter(Tensor(np.array([np.log(init_alpha)], np.float32)), name="log_alpha")
 
 
 class SquashedGaussian(nn.Cell):
@@ -101,9 +148,11 @@ class SACTrainStep(nn.Cell):
     before their Polyak update; the actor loss sees the critics after their update.
     """
 
-    def __init__(self, agent: SACAgent, c: SACConfig, critic_opt, actor_opt, alpha_opt, target_entropy: float):
+    def __init__(self, agent: SACAgent, c: SACConfig, layout: BatchLayout, critic_opt, actor_opt, alpha_opt,
+                 target_entropy: float):
         super().__init__()
         self.agent = agent
+        self.layout = layout
         self.sampler = SquashedGaussian(agent)
         self.critic_opt, self.actor_opt, self.alpha_opt = critic_opt, actor_opt, alpha_opt
         self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 0.5), None, critic_opt.parameters, has_aux=True)
@@ -113,18 +162,11 @@ class SACTrainStep(nn.Cell):
         self.gamma, self.tau = float(c.gamma), float(c.tau)
         self.auto_alpha = bool(c.auto_ent_coef)
         self.target_entropy = float(target_entropy)
-        o, a = agent.spec.obs_dim, agent.spec.n_actions
-        # column offsets of the packed batch
-        self.o, self.a = o, a
-        self.i_rew, self.i_next, self.i_term = o + a, o + a + 1, 2 * o + a + 1
-        self.i_eps, self.i_eps2 = 2 * o + a + 2, 2 * o + 2 * a + 2
+        self.a = agent.spec.n_actions
 
     def construct(self, batch):
-        o, a = self.o, self.a
-        obs, actions = batch[:, :o], batch[:, o:o + a]
-        rewards, terminated = batch[:, self.i_rew], batch[:, self.i_term]
-        next_obs = batch[:, self.i_next:self.i_next + o]
-        eps, eps_next = batch[:, self.i_eps:self.i_eps + a], batch[:, self.i_eps2:self.i_eps2 + a]
+        obs, actions, rewards, next_obs, terminated, noise = self.layout(batch)
+        eps, eps_next = noise[:, :self.a], noise[:, self.a:]
         x = self.agent.normalizer(obs)
         xn = self.agent.normalizer(next_obs)
         alpha = ops.stop_gradient(ops.exp(self.agent.log_alpha))
@@ -150,9 +192,11 @@ class SACTrainStep(nn.Cell):
 STAT_NAMES = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "entropy", "q_mean")
 
 
+@register
 class SAC(OffPolicyAlgorithm):
     name = "sac"
     config_cls = SACConfig
+    agent_cls = SACAgent
 
     def build(self) -> None:
         c: SACConfig = self.cfg.algo
@@ -169,9 +213,10 @@ class SAC(OffPolicyAlgorithm):
         else:
             agent.log_alpha.requires_grad = False
         self.act_cell = SACAct(agent)
-        self.update_cells = {"step": SACTrainStep(agent, c, self.critic_opt, self.actor_opt, self.alpha_opt,
-                                                  self.target_entropy)}
         self.noise_columns = 2 * self.spec.n_actions  # a ~ pi(.|s) and a' ~ pi(.|s')
+        self.layout = self.batch_layout()
+        self.update_cells = {"step": SACTrainStep(agent, c, self.layout, self.critic_opt, self.actor_opt,
+                                                  self.alpha_opt, self.target_entropy)}
 
     def summarize(self, stats):
         mean = np.mean([s for _, s in stats], axis=0)

@@ -4,7 +4,7 @@ smoothing, delayed actor and target updates.
 
 Reads top to bottom: config, the acting cell (Gaussian exploration noise), target policy
 smoothing, the losses, the two compiled update steps, and the hooks of the shared loop
-(base.OffPolicyAlgorithm.train). The policy delay is chosen on the host: every
+(off_policy.OffPolicyAlgorithm.train). The policy delay is chosen on the host: every
 ``policy_delay``-th gradient step runs the full step (critic, actor, Polyak updates of all
 targets), the others the critic-only step; each gradient step
 is one graph call and no step computes an actor gradient it would throw away. All noise is
@@ -15,14 +15,19 @@ Box's units. Follows Stable-Baselines3's TD3.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Dict
 
-import numpy as np
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 
-from msrl_consistent.networks import ScaleToBox, TD3Agent, accurate_tanh
+from msrl_consistent.config import NON_NEGATIVE, POSITIVE, Check
+from msrl_consistent.networks import MLP, Agent, QNetwork, ScaleToBox, accurate_tanh, frozen_copy, require_box
+from msrl_consistent.normalization import ObsNormalizer
 
-from .base import NON_NEGATIVE, POSITIVE, OffPolicyAlgorithm, OffPolicyConfig, TwinCriticLoss, polyak, twin_critic_params
+from .algorithm import register
+from .cells import TwinCriticLoss, polyak, twin_critic_params
+from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
 
 
 @dataclass
@@ -38,9 +43,38 @@ class TD3Config(OffPolicyConfig):
     action_noise_sigma: float = 0.1
     """Std of the Gaussian exploration noise added to the actor's action (normalized units)."""
 
+    checks: ClassVar[Dict[str, Check]] = {
+        **OffPolicyConfig.checks, "policy_delay": POSITIVE, "target_policy_noise": NON_NEGATIVE,
+        "target_noise_clip": NON_NEGATIVE, "action_noise_sigma": NON_NEGATIVE}
 
-TD3Config._checks = {**OffPolicyConfig._checks, "policy_delay": POSITIVE, "target_policy_noise": NON_NEGATIVE,
-                     "target_noise_clip": NON_NEGATIVE, "action_noise_sigma": NON_NEGATIVE}
+
+class TD3Agent(Agent):
+    """TD3 (Fujimoto et al. 2018): deterministic actor (pre-tanh output), twin Q critics,
+    target copies of the actor and both critics."""
+    squash = True
+
+    def __init__(self, cfg, spec, rng: np.random.Generator):
+        super().__init__()
+        require_box(spec, "td3")
+        pc = cfg.policy
+        obs_dim, act_dim = spec.obs_dim, spec.n_actions
+        self.spec = spec
+        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
+
+        def make_actor(r):
+            return MLP(r, obs_dim, pc.net_arch, pc.activation, act_dim, 0.01, pc.ortho_init)
+
+        carch = pc.critic_arch or pc.net_arch
+
+        def make_q(r):
+            return QNetwork(r, obs_dim, act_dim, carch, pc.activation, pc.ortho_init)
+
+        self.actor = make_actor(rng)
+        self.q1 = make_q(rng)
+        self.q2 = make_q(rng)
+        self.actor_target = frozen_copy(make_actor, self.actor)
+        self.q1_target = frozen_copy(make_q, self.q1)
+        self.q2_target = frozen_copy(make_q, self.q2)
 
 
 class TD3Act(nn.Cell):
@@ -87,22 +121,17 @@ class TD3CriticStep(nn.Cell):
     """Critic-only gradient step. Input: packed float32 batch [obs | action | reward |
     next_obs | terminated | target smoothing noise]; output: stack([critic_loss, q_mean])."""
 
-    def __init__(self, agent: TD3Agent, c: TD3Config, critic_opt):
+    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt):
         super().__init__()
         self.agent = agent
+        self.layout = layout
         self.critic_opt = critic_opt
         self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 1.0), None, critic_opt.parameters, has_aux=True)
         self.smooth = TargetPolicySmoothing(c.target_policy_noise, c.target_noise_clip)
         self.gamma = float(c.gamma)
-        o, a = agent.spec.obs_dim, agent.spec.n_actions
-        self.o, self.a = o, a
-        self.i_rew, self.i_next, self.i_term, self.i_eps = o + a, o + a + 1, 2 * o + a + 1, 2 * o + a + 2
 
     def critic_update(self, batch):
-        o, a = self.o, self.a
-        obs, actions = batch[:, :o], batch[:, o:o + a]
-        rewards, terminated = batch[:, self.i_rew], batch[:, self.i_term]
-        next_obs, eps = batch[:, self.i_next:self.i_next + o], batch[:, self.i_eps:self.i_eps + a]
+        obs, actions, rewards, next_obs, terminated, eps = self.layout(batch)
         x = self.agent.normalizer(obs)
         xn = self.agent.normalizer(next_obs)
         # Clipped double-Q target with target policy smoothing (Fujimoto et al. 2018, eq. 10 and 14).
@@ -122,8 +151,8 @@ class TD3FullStep(TD3CriticStep):
     """Critic step, then the delayed actor step and the Polyak updates of all targets;
     output: stack([critic_loss, q_mean, actor_loss])."""
 
-    def __init__(self, agent: TD3Agent, c: TD3Config, critic_opt, actor_opt):
-        super().__init__(agent, c, critic_opt)
+    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt, actor_opt):
+        super().__init__(agent, c, layout, critic_opt)
         self.actor_opt = actor_opt
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters)
         self.tau = float(c.tau)
@@ -142,9 +171,11 @@ class TD3FullStep(TD3CriticStep):
         return ops.stack([critic_loss, q_mean, actor_loss])
 
 
+@register
 class TD3(OffPolicyAlgorithm):
     name = "td3"
     config_cls = TD3Config
+    agent_cls = TD3Agent
 
     def build(self) -> None:
         c: TD3Config = self.cfg.algo
@@ -153,9 +184,10 @@ class TD3(OffPolicyAlgorithm):
         self.actor_opt = nn.Adam(list(agent.actor.trainable_params()), learning_rate=c.learning_rate)
         self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
         self.act_cell = TD3Act(agent, c.action_noise_sigma)
-        self.update_cells = {"critic": TD3CriticStep(agent, c, self.critic_opt),
-                             "full": TD3FullStep(agent, c, self.critic_opt, self.actor_opt)}
         self.noise_columns = self.spec.n_actions  # target policy smoothing
+        self.layout = self.batch_layout()
+        self.update_cells = {"critic": TD3CriticStep(agent, c, self.layout, self.critic_opt),
+                             "full": TD3FullStep(agent, c, self.layout, self.critic_opt, self.actor_opt)}
 
     def update_kind(self, n_update: int) -> str:
         """Every policy_delay-th gradient step is the full step (critic, actor, targets)."""

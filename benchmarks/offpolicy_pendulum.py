@@ -23,9 +23,9 @@ ROOT = os.path.dirname(HERE)
 
 
 def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str) -> None:
+    import gymnasium as gym
     import numpy as np
     import torch
-    import gymnasium as gym
     import yaml
 
     torch.set_num_threads(1)

@@ -41,17 +41,17 @@ def main():
     import yaml
     from stable_baselines3 import SAC, TD3
 
+    from msrl_consistent import registry
     from msrl_consistent.config import load_config
     from msrl_consistent.determinism import configure_mindspore
     from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
-    import msrl_consistent.algorithms as algorithms
 
     configure_mindspore("CPU")
     rows = []
     for name in args.algos:
         path = os.path.join(ROOT, "configs", name, "Pendulum-v1.yaml")
         cfg = load_config(path, ["log.tensorboard=false"])
-        algo = algorithms.get_algorithm(name)(cfg)
+        algo = registry.get(name)(cfg)
         fill(algo.make_buffer(1), np.random.default_rng(1))
         y = yaml.safe_load(open(path))
         a = y["algo"]

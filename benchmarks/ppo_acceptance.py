@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 
 def run(cmd):
@@ -37,7 +36,6 @@ def main():
     for seed in args.seeds:
         run_dir = os.path.join(args.out, f"{algo}-{name}-seed{seed}")
         if not os.path.isfile(os.path.join(run_dir, "summary.json")):
-            t0 = time.perf_counter()
             rc, out, err = run(msrl + ["train", args.config, "--seed", str(seed), "--run-dir", run_dir, "--quiet"])
             if rc != 0:
                 print(err, file=sys.stderr)

@@ -13,15 +13,15 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from msrl_consistent import manifest as mf
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError, to_dict
 from msrl_consistent.determinism import file_sha256
-from msrl_consistent.envs import run_episodes
+from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
 
-from . import manifest as mf
 from .mindir import write_mindir
-from .om import DEFAULT_PRECISION_MODE, ATC_PRECISION_MODES, find_atc, write_om
+from .om import ATC_PRECISION_MODES, DEFAULT_PRECISION_MODE, find_atc, write_om
 from .onnx import INPUT_NAME, OUTPUT_NAME, write_onnx
 
 FORMATS = ("mindir", "onnx", "om")
@@ -57,9 +57,8 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
     visited = []
     ep = 0
     while sum(len(v) for v in visited) < n_roll and ep < 1000:
-        obs_ep = []
-        run_episodes(policy.env_config(), policy.act, 1, seed + ep, on_step=lambda e, t, o, *_: obs_ep.append(o))
-        visited.append(np.asarray(obs_ep, np.float32))
+        run = run_episodes(policy.env_config(), policy.act, 1, seed + ep, trajectories=True)
+        visited.append(np.asarray(run["episodes"][0]["obs"], np.float32))
         ep += 1
     visited = np.concatenate(visited)
     idx = np.linspace(0, len(visited) - 1, n_roll).round().astype(int)
@@ -77,22 +76,10 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
                                                       "episodes": ep, "seed": seed}
 
 
-def actions_at_batch(policy, obs: np.ndarray, batch: int) -> np.ndarray:
-    """The policy's actions for ``obs`` computed ``batch`` rows per call (the last call padded)."""
-    outs = []
-    for start in range(0, len(obs), batch):
-        chunk = obs[start:start + batch]
-        n = len(chunk)
-        if n < batch:
-            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
-        outs.append(policy.run_batched(policy.validate(chunk))[:n])
-    return np.concatenate(outs)
-
-
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),
                precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
                precision_mode: Optional[str] = None, force: bool = False, head_override=None,
-               precision_sweep: bool = False, sweep_episodes: int = 10) -> dict:
+               precision_sweep: bool = False, sweep_episodes: int = 10) -> mf.Manifest:
     """Export a run's policy; returns the manifest. ``head_override`` exists for tests that
     prove verify catches a policy exported without its action post-processing."""
     formats = list(formats)
@@ -129,27 +116,27 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         shutil.rmtree(tmp)
     os.makedirs(tmp)
     try:
-        export_info = {"formats": formats, "precision": precision, "batch": batch, "golden_batch": golden_batch}
-        conversion = {}
+        export_info = mf.ExportInfo(formats=formats, precision=precision, batch=batch, golden_batch=golden_batch)
+        conversion = export_info.conversion
         write_mindir(cell, spec.obs_dim, batch, os.path.join(tmp, "actor.mindir"))
         if "onnx" in formats:
-            export_info["onnx"] = write_onnx(cell, spec.obs_dim, golden_batch, os.path.join(tmp, "actor.onnx"))
+            export_info.onnx = write_onnx(cell, spec.obs_dim, golden_batch, os.path.join(tmp, "actor.onnx"))
         if "om" in formats:
             conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"),
-                                        export_info["onnx"]["input"], golden_batch, spec.obs_dim, soc_version, precision_mode)
+                                        export_info.onnx["input"], golden_batch, spec.obs_dim, soc_version, precision_mode)
         conversion["lite"] = {
             "note": "MindSpore Lite builds actor.mindir directly; its Ascend default is fp16, so load_policy "
                     "always sets context.ascend.precision_mode (default enforce_fp32)",
             "default_precision_mode": "enforce_fp32"}
-        export_info["conversion"] = conversion
 
         obs, counts = golden_observations(reference, golden)
-        actions = actions_at_batch(reference, obs, golden_batch)
+        actions = reference.act_at_batch(obs, golden_batch)
         with open(os.path.join(tmp, "golden.npz"), "wb") as fh:
             np.savez(fh, obs=obs, actions=actions)
         sweep = None
         if precision_sweep:
-            from .sweep import precision_sweep as run_sweep, sweep_markdown
+            from .sweep import precision_sweep as run_sweep
+            from .sweep import sweep_markdown
             sweep = run_sweep(run_dir, reference.checkpoint, obs, actions, golden_batch, sweep_episodes)
             atomic_write_text(os.path.join(tmp, "precision_sweep.json"), json.dumps(sweep, indent=2) + "\n")
             atomic_write_text(os.path.join(tmp, "precision_sweep.md"), sweep_markdown(sweep))
@@ -157,29 +144,29 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         files = {name: file_sha256(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
         out_dtype = "int32" if spec.discrete else "float32"
         out_shape = [None if batch == "dynamic" else golden_batch] + ([] if spec.discrete else [spec.n_actions])
-        manifest = {
-            "schema_version": mf.SCHEMA_VERSION,
-            "created": mf.now_iso(),
-            "msrl_version": mf.versions()["msrl_consistent"],
-            "versions": mf.versions(),
-            "algorithm": reference.cfg.algorithm,
-            "env_id": reference.cfg.env.id,
-            "env": to_dict(reference.cfg.env),
-            "spaces": spec.to_json(),
-            "source": {"run_dir": os.path.abspath(run_dir), "checkpoint": os.path.abspath(reference.checkpoint),
-                       "checkpoint_sha256": file_sha256(reference.checkpoint), "config": to_dict(reference.cfg)},
-            "export": export_info,
-            "io": {"input": {"name": INPUT_NAME, "shape": [None if batch == "dynamic" else golden_batch, spec.obs_dim],
-                             "dtype": "float32"},
-                   "output": {"name": OUTPUT_NAME, "shape": out_shape, "dtype": out_dtype},
-                   "post_processing": _post_processing(spec, reference.agent.squash, head_override is not None)},
-            "files": files,
-            "golden": {"file": "golden.npz", "count": int(len(obs)), "batch": golden_batch,
-                       "reference": "training cell, fp32", **counts},
-        }
-        if sweep is not None:
-            manifest["precision_sweep"] = {"file": "precision_sweep.md", "rows": sweep["rows"]}
-        atomic_write_text(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2) + "\n")
+        versions = mf.versions()
+        manifest = mf.Manifest(
+            schema_version=mf.SCHEMA_VERSION,
+            created=mf.now_iso(),
+            msrl_version=versions["msrl_consistent"],
+            versions=versions,
+            algorithm=reference.cfg.algorithm,
+            env_id=reference.cfg.env.id,
+            env=to_dict(reference.cfg.env),
+            spaces=spec.to_json(),
+            source=mf.Source(run_dir=os.path.abspath(run_dir), checkpoint=os.path.abspath(reference.checkpoint),
+                             checkpoint_sha256=file_sha256(reference.checkpoint), config=to_dict(reference.cfg)),
+            export=export_info,
+            io={"input": {"name": INPUT_NAME, "shape": [None if batch == "dynamic" else golden_batch, spec.obs_dim],
+                          "dtype": "float32"},
+                "output": {"name": OUTPUT_NAME, "shape": out_shape, "dtype": out_dtype},
+                "post_processing": _post_processing(spec, reference.agent.squash, head_override is not None)},
+            files=files,
+            golden=mf.GoldenInfo(file="golden.npz", count=int(len(obs)), batch=golden_batch,
+                                 reference="training cell, fp32", **counts),
+            precision_sweep=None if sweep is None else {"file": "precision_sweep.md", "rows": sweep["rows"]},
+        )
+        mf.write_manifest(tmp, manifest)
         _swap_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -18,11 +18,10 @@ import numpy as np
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
 from msrl_consistent.determinism import file_sha256
-from msrl_consistent.envs import run_episodes
+from msrl_consistent.episodes import run_episodes
+from msrl_consistent.manifest import IntegrityError, check_integrity, read_manifest
 from msrl_consistent.recording import read_trace
-from msrl_consistent.runtime import load_policy
-
-from .manifest import IntegrityError, check_integrity, read_manifest
+from msrl_consistent.runtime import default_atol, load_policy
 
 AGAINST = ("train", "mindspore", "onnxruntime")
 
@@ -34,11 +33,6 @@ def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray) -> np.ndarray:
         outs.append(reference.run_batched(reference.validate(obs[start:start + n])))
         start += n
     return np.concatenate(outs) if outs else np.zeros((0,))
-
-
-def default_atol(recorded_backend: str, against: str, precision: str) -> float:
-    same_engine = recorded_backend == "mindspore" and against in ("train", "mindspore")
-    return 0.0 if same_engine and precision == "fp32" else 1e-5
 
 
 def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optional[float] = None,
@@ -56,8 +50,8 @@ def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optio
     reference = load_policy(export_dir, backend=against)
     obs, rec = trace["obs"], trace["actions"]
     ref = recompute(reference, obs, trace["call_sizes"])
-    precision = manifest["export"]["precision"]
-    atol = default_atol(meta["backend"], against, precision) if atol is None else float(atol)
+    precision = manifest.export.precision
+    atol = default_atol(meta["backend"], precision, against) if atol is None else float(atol)
     discrete = reference.spec.discrete
     report = {"export_dir": os.path.abspath(export_dir), "trace": os.path.abspath(trace_path),
               "recorded_backend": meta["backend"], "against": against, "precision": precision, "atol": atol,

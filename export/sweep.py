@@ -19,7 +19,7 @@ from typing import List
 
 import numpy as np
 
-from msrl_consistent.envs import run_episodes
+from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
 
 MODES = [
@@ -33,13 +33,11 @@ NOT_EMULATED = [{"atc": "allow_mix_precision", "lite": "preferred_optimal",
 
 def precision_sweep(run_dir: str, checkpoint: str, golden_obs: np.ndarray, golden_actions: np.ndarray,
                     golden_batch: int, episodes: int = 10, seed: int = 0) -> dict:
-    from .exporter import actions_at_batch
-
     rows: List[dict] = []
     ref_returns = None
     for mode in MODES:
         pol = TrainCellPolicy(run_dir, checkpoint, precision=mode["emulation"])
-        acts = actions_at_batch(pol, golden_obs, golden_batch)
+        acts = pol.act_at_batch(golden_obs, golden_batch)
         row = dict(mode)
         if pol.spec.discrete:
             row["golden_agreement"] = float((acts == golden_actions).mean())

@@ -23,13 +23,10 @@ from typing import Optional
 import numpy as np
 
 from msrl_consistent.checkpoint import atomic_write_text
-from msrl_consistent.envs import make_env
-from msrl_consistent.runtime import TrainCellPolicy, load_policy
+from msrl_consistent.episodes import run_episodes
+from msrl_consistent.manifest import check_integrity, read_manifest
+from msrl_consistent.runtime import TrainCellPolicy, default_atol, load_policy
 
-from .exporter import actions_at_batch
-from .manifest import check_integrity, read_manifest
-
-DEFAULT_ATOL = {"mindspore": 0.0, "onnxruntime": 1e-5, "lite": 1e-5}
 FP16_MAX_RETURN_DROP = 0.05
 
 
@@ -58,25 +55,6 @@ def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: flo
     return out
 
 
-def _episode(env, act, seed: int, ref_act=None):
-    """One seeded episode driven by ``act``; with ``ref_act`` also the reference action per step."""
-    obs, _ = env.reset(seed=seed)
-    traj_obs, traj_act, ref_acts, ret, done = [], [], [], 0.0, False
-    while not done:
-        x = np.asarray(obs, np.float32).reshape(1, -1)
-        a = np.asarray(act(x)).reshape(-1)
-        traj_obs.append(x[0])
-        traj_act.append(a)
-        if ref_act is not None:
-            ref_acts.append(np.asarray(ref_act(x)).reshape(-1))
-        step_a = int(a[0]) if np.issubdtype(a.dtype, np.integer) else a.astype(np.float32)
-        obs, r, term, trunc, _ = env.step(step_a)
-        ret += float(r)
-        done = term or trunc
-    return {"obs": np.asarray(traj_obs), "act": np.asarray(traj_act), "ref": np.asarray(ref_acts) if ref_acts else None,
-            "return": ret}
-
-
 def _first_divergence(a: dict, b: dict) -> Optional[int]:
     n = min(len(a["obs"]), len(b["obs"]))
     for t in range(n):
@@ -86,27 +64,24 @@ def _first_divergence(a: dict, b: dict) -> Optional[int]:
 
 
 def rollouts(exported, reference, env_cfg, episodes: int, seed: int, discrete: bool, atol: float) -> dict:
-    env = make_env(env_cfg)
-    try:
-        per = []
-        same_obs_err = []
-        disagree = 0
-        steps = 0
-        for i in range(episodes):
-            ex = _episode(env, exported.act, seed + i, ref_act=reference.act)
-            rf = _episode(env, reference.act, seed + i)
-            div = _first_divergence(ex, rf)
-            if discrete:
-                mism = int((ex["act"].astype(np.int64) != ex["ref"].astype(np.int64)).sum())
-                disagree += mism
-            else:
-                same_obs_err.append(float(np.abs(ex["act"].astype(np.float64) - ex["ref"]).max()))
-            steps += len(ex["act"])
-            per.append({"seed": seed + i, "return_exported": ex["return"], "return_training": rf["return"],
-                        "length_exported": len(ex["act"]), "length_training": len(rf["act"]),
-                        "identical": div is None, "first_divergence_step": div})
-    finally:
-        env.close()
+    """``episodes`` seeded episodes driven by the exported policy (the training cell's action
+    computed at every visited state) and the same episodes driven by the training cell."""
+    per = []
+    same_obs_err = []
+    disagree = 0
+    steps = 0
+    for i in range(episodes):
+        ex = run_episodes(env_cfg, exported.act, 1, seed + i, reference=reference.act)["episodes"][0]
+        rf = run_episodes(env_cfg, reference.act, 1, seed + i, trajectories=True)["episodes"][0]
+        div = _first_divergence(ex, rf)
+        if discrete:
+            disagree += int((ex["act"].astype(np.int64) != ex["ref"].astype(np.int64)).sum())
+        else:
+            same_obs_err.append(float(np.abs(ex["act"].astype(np.float64) - ex["ref"]).max()))
+        steps += len(ex["act"])
+        per.append({"seed": seed + i, "return_exported": ex["return"], "return_training": rf["return"],
+                    "length_exported": len(ex["act"]), "length_training": len(rf["act"]),
+                    "identical": div is None, "first_divergence_step": div})
     r_ex = np.array([p["return_exported"] for p in per])
     r_tr = np.array([p["return_training"] for p in per])
     out = {"episodes": episodes, "seed": seed, "steps": steps,
@@ -126,17 +101,17 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
     ConfigError for exit-2 conditions."""
     manifest = read_manifest(export_dir)
     hashes = check_integrity(export_dir, manifest)
-    precision = manifest["export"]["precision"]
-    atol = DEFAULT_ATOL.get(backend, 1e-5) if atol is None else float(atol)
+    precision = manifest.export.precision
+    atol = default_atol(backend) if atol is None else float(atol)
     policy = load_policy(export_dir, backend=backend, **backend_kwargs)
     discrete = policy.spec.discrete
     with np.load(os.path.join(export_dir, "golden.npz"), allow_pickle=False) as g:
         g_obs, g_act = g["obs"], g["actions"]
-    batch = int(manifest["golden"]["batch"])
-    pred = actions_at_batch(policy, g_obs, batch)
+    batch = int(manifest.golden.batch)
+    pred = policy.act_at_batch(g_obs, batch)
     golden = compare_actions(pred, g_act, discrete, atol)
     golden["batch"] = batch
-    if manifest["export"]["batch"] == "dynamic" and backend != "onnxruntime" and not golden.get("shape_mismatch"):
+    if manifest.export.dynamic and backend != "onnxruntime" and not golden.get("shape_mismatch"):
         # Batch sensitivity: the whole set in one call against the recorded batch-1 actions.
         whole = policy.run_batched(policy.validate(g_obs))
         sens = compare_actions(whole, g_act, discrete, 0.0)
@@ -145,7 +120,7 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
 
     report = {"export_dir": os.path.abspath(export_dir), "backend": backend, "precision": precision,
               "atol": atol, "integrity": {"checked": sorted(hashes), "passed": True}, "golden": golden}
-    src_run = manifest["source"]["run_dir"]
+    src_run = manifest.source.run_dir
     if golden.get("shape_mismatch") or pred.dtype.kind != g_act.dtype.kind:
         # The artifact does not even return environment actions (e.g. logits instead of an
         # index): nothing to roll out.
@@ -155,7 +130,7 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
         report["rollouts"] = None
         report["rollouts_skipped"] = "the artifact's output is not an environment action: " + golden["output_mismatch"]
     elif episodes > 0 and os.path.isdir(src_run):
-        reference = TrainCellPolicy(src_run, manifest["source"]["checkpoint"])
+        reference = TrainCellPolicy(src_run, manifest.source.checkpoint)
         report["rollouts"] = rollouts(policy, reference, policy.env_config(), episodes, seed, discrete, atol)
     else:
         report["rollouts"] = None

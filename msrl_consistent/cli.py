@@ -27,24 +27,19 @@ def _quiet_mindspore_logs() -> None:
     os.environ.setdefault("GLOG_v", "3")
 
 
-def _algorithms():
-    import msrl_consistent.algorithms as algorithms  # registers the algorithm configs
-    return algorithms
-
-
 def default_run_dir(cfg) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return os.path.join("runs", f"{cfg.algorithm}-{cfg.env.id}-seed{cfg.seed}-{stamp}")
 
 
 def cmd_train(args) -> int:
+    from . import registry
     from .checkpoint import atomic_write_text
     from .config import dump_config, load_config
     from .distributed import WORKER_ENV, init_if_worker
 
-    algorithms = _algorithms()
     if args.resume:
-        return _resume(args, algorithms)
+        return _resume(args)
     if not args.config:
         raise UsageError("msrl train needs a CONFIG file (or --resume RUN_DIR)")
     if args.workers < 1:
@@ -80,12 +75,13 @@ def cmd_train(args) -> int:
         from .determinism import configure_mindspore
         configure_mindspore(cfg.device)  # the device must be set before communication.init()
         init_if_worker()
-    algo = algorithms.get_algorithm(cfg.algorithm)(cfg)
+    algo = registry.get(cfg.algorithm)(cfg)
     return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
                                              f"{cfg.total_timesteps} steps) -> {run_dir}")
 
 
-def _resume(args, algorithms) -> int:
+def _resume(args) -> int:
+    from . import registry
     from .config import load_config
 
     run_dir = args.resume
@@ -95,7 +91,7 @@ def _resume(args, algorithms) -> int:
     if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
         raise UsageError(f"--resume {run_dir}: not a run directory (no config.yaml)")
     cfg = load_config(os.path.join(run_dir, "config.yaml"))
-    algo = algorithms.get_algorithm(cfg.algorithm).resume(run_dir)
+    algo = registry.get(cfg.algorithm).resume(run_dir)
     if algo.num_timesteps >= cfg.total_timesteps and os.path.isfile(os.path.join(run_dir, "summary.json")):
         if not args.quiet:
             print(f"msrl: {run_dir} already finished ({algo.num_timesteps} steps); nothing to do")
@@ -105,7 +101,7 @@ def _resume(args, algorithms) -> int:
 
 
 def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
-    from msrl_consistent.algorithms.base import NonFiniteError, TrainingInterrupted
+    from msrl_consistent.algorithms.run import NonFiniteError, TrainingInterrupted
 
     if not quiet:
         print(f"msrl: {message}")
@@ -128,8 +124,8 @@ def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
 def cmd_eval(args) -> int:
     import numpy as np
 
+    from .episodes import run_episodes
     from .runtime import is_export_dir, load_policy
-    from .envs import run_episodes
 
     path = args.path
     if is_export_dir(path):
@@ -183,11 +179,11 @@ def cmd_export(args) -> int:
                    soc_version=args.soc_version, precision_mode=args.precision_mode, force=args.force,
                    precision_sweep=args.precision_sweep, sweep_episodes=args.sweep_episodes)
     if args.json:
-        print(json.dumps(m))
+        print(json.dumps(m.to_json()))
     else:
-        files = ", ".join(f"{k} ({v[:12]})" for k, v in m["files"].items())
-        print(f"msrl: exported {m['algorithm']} on {m['env_id']} ({m['export']['precision']}, batch "
-              f"{m['export']['batch']}) -> {args.out}: {files}, manifest.json")
+        files = ", ".join(f"{k} ({v[:12]})" for k, v in m.files.items())
+        print(f"msrl: exported {m.algorithm} on {m.env_id} ({m.export.precision}, batch "
+              f"{m.export.batch}) -> {args.out}: {files}, manifest.json")
     return 0
 
 
@@ -309,16 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _usage_errors():
     """Exceptions reported as `msrl: error: ...` with exit 2 (no traceback)."""
-    errors = [ConfigError, UsageError, CheckpointError]
+    from msrl_consistent.export.om import AtcUnavailable
+
+    from .manifest import IntegrityError
     from .runtime import BackendUnavailable
-    errors.append(BackendUnavailable)
-    try:
-        from msrl_consistent.export.manifest import IntegrityError
-        from msrl_consistent.export.om import AtcUnavailable
-        errors += [IntegrityError, AtcUnavailable]
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(errors)
+    return (ConfigError, UsageError, CheckpointError, BackendUnavailable, IntegrityError, AtcUnavailable)
 
 
 def _sigterm(signum, frame):

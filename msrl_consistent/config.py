@@ -22,13 +22,23 @@ import math
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Literal, Optional, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, List, Literal, Optional, Tuple, Type
 
 import yaml
+
+from . import registry
 
 
 class ConfigError(ValueError):
     """A configuration or usage error: reported without a traceback, exit code 2."""
+
+
+Check = Tuple[Callable[[Any], bool], str]
+"""A range check of one field: (predicate on a non-None value, what was expected)."""
+POSITIVE: Check = (lambda v: v > 0, "a positive number")
+NON_NEGATIVE: Check = (lambda v: v >= 0, "a number >= 0")
+UNIT_INTERVAL: Check = (lambda v: 0 <= v <= 1, "a number in [0, 1]")
+SIZES: Check = (lambda v: len(v) > 0 and all(x > 0 for x in v), "a non-empty list of positive sizes")
 
 
 # --------------------------------------------------------------------------------------
@@ -49,6 +59,9 @@ class EnvConfig:
     max_episode_steps: Optional[int] = None
     """Override the environment's time limit (None keeps the registered one)."""
 
+    checks: ClassVar[Dict[str, Check]] = {"n_envs": POSITIVE, "normalize_obs_clip": POSITIVE,
+                                          "max_episode_steps": POSITIVE}
+
 
 @dataclass
 class PolicyConfig:
@@ -65,6 +78,8 @@ class PolicyConfig:
     ortho_init: bool = True
     """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
 
+    checks: ClassVar[Dict[str, Check]] = {"net_arch": SIZES, "critic_arch": SIZES}
+
 
 @dataclass
 class EvalConfig:
@@ -75,6 +90,8 @@ class EvalConfig:
     seed_offset: int = 10000
     """Evaluation episodes are seeded with seed + seed_offset + i (disjoint from training seeds)."""
 
+    checks: ClassVar[Dict[str, Check]] = {"freq": NON_NEGATIVE, "episodes": POSITIVE}
+
 
 @dataclass
 class CheckpointConfig:
@@ -82,6 +99,8 @@ class CheckpointConfig:
     """Write a checkpoint every this many environment steps (0: only the final one)."""
     keep: int = 3
     """Keep the newest this many periodic checkpoints (the final one is always kept)."""
+
+    checks: ClassVar[Dict[str, Check]] = {"freq": NON_NEGATIVE, "keep": POSITIVE}
 
 
 @dataclass
@@ -115,14 +134,7 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     """Logging section."""
 
-
-# Algorithms register their config dataclass here (see algorithms/__init__.py); the core
-# does not import algorithms/.
-ALGO_CONFIGS: Dict[str, Type] = {}
-
-
-def register_algorithm_config(name: str, cls: Type) -> None:
-    ALGO_CONFIGS[name] = cls
+    checks: ClassVar[Dict[str, Check]] = {"total_timesteps": POSITIVE, "seed": NON_NEGATIVE}
 
 
 # --------------------------------------------------------------------------------------
@@ -236,35 +248,26 @@ def build_dataclass(cls: Type, data: Any, where: str, prefix: str = "") -> Any:
         kwargs[k] = _coerce(v, hints[k], full, where)
     obj = cls(**kwargs)
     if cls is Config:
-        if obj.algorithm not in ALGO_CONFIGS:
-            close = difflib.get_close_matches(obj.algorithm, list(ALGO_CONFIGS), n=1)
+        known = registry.names()
+        if obj.algorithm not in known:
+            close = difflib.get_close_matches(obj.algorithm, known, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(
                 f"{where}: key 'algorithm' has value {obj.algorithm!r}, expected one of "
-                f"{', '.join(sorted(ALGO_CONFIGS))}{hint}")
-        obj.algo = build_dataclass(ALGO_CONFIGS[obj.algorithm], data.get("algo"), where, prefix="algo")
+                f"{', '.join(known)}{hint}")
+        obj.algo = build_dataclass(registry.config_class(obj.algorithm), data.get("algo"), where, prefix="algo")
     validate_values(obj, where, prefix)
     return obj
 
 
 def validate_values(obj: Any, where: str, prefix: str = "") -> None:
-    """Range checks declared in a dataclass's ``_checks``: {field: (predicate, expectation)}."""
-    checks = getattr(type(obj), "_checks", {})
+    """Range checks declared in a dataclass's ``checks`` class variable: {field: (predicate, expectation)}."""
+    checks = getattr(type(obj), "checks", {})
     for name, (pred, expect) in checks.items():
         value = getattr(obj, name)
         if value is not None and not pred(value):
             full = f"{prefix}.{name}" if prefix else name
             raise ConfigError(f"{where}: key '{full}' has value {value!r}, expected {expect}")
-
-
-_pos = (lambda v: v > 0, "a positive number")
-_nonneg = (lambda v: v >= 0, "a number >= 0")
-EnvConfig._checks = {"n_envs": _pos, "normalize_obs_clip": _pos, "max_episode_steps": _pos}
-PolicyConfig._checks = {"net_arch": (lambda v: len(v) > 0 and all(x > 0 for x in v), "a non-empty list of positive sizes"),
-                        "critic_arch": (lambda v: len(v) > 0 and all(x > 0 for x in v), "a non-empty list of positive sizes")}
-EvalConfig._checks = {"freq": _nonneg, "episodes": _pos}
-CheckpointConfig._checks = {"freq": _nonneg, "keep": _pos}
-Config._checks = {"total_timesteps": _pos, "seed": _nonneg}
 
 
 # --------------------------------------------------------------------------------------
@@ -349,7 +352,7 @@ def field_docs(cls: Type) -> List[Tuple[str, str, Any, str]]:
         for a, b in zip(body, body[1:]):
             if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
                     and isinstance(getattr(b, "value", None), ast.Constant) and isinstance(b.value.value, str):
-                docs[a.target.id] = b.value.value.strip()
+                docs[a.target.id] = " ".join(b.value.value.split())
     hints = _hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -361,11 +364,9 @@ def field_docs(cls: Type) -> List[Tuple[str, str, Any, str]]:
 
 def reference_markdown() -> str:
     """The config reference (docs/config.md), generated from the dataclasses' field docstrings."""
-    import msrl_consistent.algorithms  # noqa: F401  (registers the algorithm sections)
-
     sections = [("top level", Config), ("env", EnvConfig), ("policy", PolicyConfig), ("eval", EvalConfig),
                 ("checkpoint", CheckpointConfig), ("log", LogConfig)]
-    sections += [(f"algo (algorithm: {name})", cls) for name, cls in sorted(ALGO_CONFIGS.items())]
+    sections += [(f"algo (algorithm: {name})", registry.config_class(name)) for name in registry.names()]
     lines = ["# Config reference", "",
              "Generated by `python -m msrl_consistent.config > docs/config.md` from the dataclasses in",
              "msrl_consistent/config.py and algorithms/*.py. Unknown keys, wrong types and out-of-range",
@@ -383,7 +384,4 @@ def reference_markdown() -> str:
 if __name__ == "__main__":  # pragma: no cover
     import sys
 
-    # Run as a script this module is __main__; use the package's module, where algorithms register.
-    from msrl_consistent.config import reference_markdown as _reference
-
-    sys.stdout.write(_reference())
+    sys.stdout.write(reference_markdown())

@@ -119,9 +119,9 @@ def failed_ranks(log_dir: str) -> List[dict]:
         m = re.search(r"worker_(\d+)\.log$", path)
         text = open(path, "r", errors="replace").read()
         if "Traceback (most recent call last)" in text or "WorkerDied" in text:
-            lines = [l for l in text.splitlines() if l.strip() and not l.startswith("[WARNING]")
-                     and not l.startswith("[INFO]")]
-            err = next((l for l in reversed(lines) if re.match(r"^\w*(Error|Exception|SystemExit|KeyboardInterrupt)", l)),
+            lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[WARNING]")
+                     and not ln.startswith("[INFO]")]
+            err = next((ln for ln in reversed(lines) if re.match(r"^\w*(Error|Exception|SystemExit|KeyboardInterrupt)", ln)),
                        lines[-1] if lines else "")
             out.append({"rank": int(m.group(1)), "error": err.strip()})
     # A worker killed without a Python error (SIGKILL, OOM killer) leaves no traceback; the

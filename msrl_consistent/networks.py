@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-import numpy as np
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn, ops
+import numpy as np
+from mindspore import Tensor, nn, ops
 
 from .normalization import ObsNormalizer
+
 
 def accurate_tanh(x):
     """tanh(x) = sign(x) * (1 - e^(-2|x|)) / (1 + e^(-2|x|)), overflow-free.
@@ -247,8 +248,9 @@ def load_agent_parameters(agent: nn.Cell, tensors: dict, source: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Agents: every network of an algorithm, built from (config, spaces, Generator). The
-# training losses (algorithms/) and the exported PolicyCell use these same sub-cells.
+# Agents: every network of an algorithm, built from (config, spaces, Generator). Each
+# algorithm defines its agent (algorithms/ppo.py, sac.py, td3.py: ``agent_cls``); the
+# training losses and the exported PolicyCell use the same sub-cells.
 # ---------------------------------------------------------------------------------------
 class Agent(nn.Cell):
     """Base of every agent: ``normalizer``, ``actor`` (network output before the action head),
@@ -259,45 +261,8 @@ class Agent(nn.Cell):
         return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))
 
 
-class ActorCriticAgent(Agent):
-    """PPO: actor (logits or Gaussian mean), critic V(s), state-independent log std.
-
-    With ``policy.shared`` the two heads sit on one hidden trunk (one Cell object).
-    """
-    squash = False
-
-    def __init__(self, cfg, spec, rng: np.random.Generator):
-        super().__init__()
-        pc = cfg.policy
-        obs_dim, out = spec.obs_dim, spec.n_actions
-        self.spec = spec
-        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
-        if pc.shared:
-            trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
-            self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))
-            self.critic = Chain(trunk, dense(rng, trunk.out_dim, 1, 1.0, pc.ortho_init))
-        else:
-            self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
-            self.critic = MLP(rng, obs_dim, pc.critic_arch or pc.net_arch, pc.activation, 1, 1.0, pc.ortho_init)
-        if not spec.discrete:
-            self.log_std = Parameter(Tensor(np.full(out, pc.log_std_init, np.float32)), name="log_std")
-
-
-
-AGENTS = {"ppo": ActorCriticAgent}
-
-
-def build_agent(cfg, spec, rng: np.random.Generator) -> nn.Cell:
-    """The agent of ``cfg.algorithm`` (registered in AGENTS)."""
-    try:
-        cls = AGENTS[cfg.algorithm]
-    except KeyError:
-        raise ValueError(f"no agent networks registered for algorithm {cfg.algorithm!r}") from None
-    return cls(cfg, spec, rng)
-
-
 # ---------------------------------------------------------------------------------------
-# Off-policy agents (SAC, TD3). Conventions shared by both:
+# Building blocks of the off-policy agents (SAC, TD3). Conventions shared by both:
 #
 # * Box actions only (a Discrete space is a ConfigError naming the space).
 # * ``actor`` outputs the pre-tanh action ``u``; ``policy_cell()`` appends TanhScaleHead
@@ -312,7 +277,7 @@ def build_agent(cfg, spec, rng: np.random.Generator) -> nn.Cell:
 # * SB3 / the papers use PyTorch's default (uniform) initialization for SAC and TD3: the
 #   configs set ``policy.ortho_init: false`` and ``policy.activation: relu`` accordingly.
 # ---------------------------------------------------------------------------------------
-def _require_box(spec, algorithm: str) -> None:
+def require_box(spec, algorithm: str) -> None:
     if spec.discrete:
         from .config import ConfigError
         raise ConfigError(f"{algorithm} needs a Box (continuous) action space; the environment has "
@@ -342,74 +307,3 @@ def frozen_copy(make, source: nn.Cell) -> nn.Cell:
         d.set_data(Tensor(s.asnumpy().copy()))
         d.requires_grad = False
     return target
-
-
-class SACAgent(Agent):
-    """SAC (Haarnoja et al. 2018, v2): squashed Gaussian actor, twin Q critics with
-    Polyak-averaged targets, temperature ``log_alpha``.
-
-    ``actor = Chain(trunk, mean head)`` is exactly what the PolicyCell uses; the log-std
-    head sits on the same trunk (``log_std_head``) and is clamped to [-20, 2] by the
-    sampling and loss cells (algorithms/sac.py).
-    """
-    squash = True
-    LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
-
-    def __init__(self, cfg, spec, rng: np.random.Generator):
-        super().__init__()
-        _require_box(spec, "sac")
-        pc = cfg.policy
-        obs_dim, act_dim = spec.obs_dim, spec.n_actions
-        self.spec = spec
-        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
-        trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
-        self.actor = Chain(trunk, dense(rng, trunk.out_dim, act_dim, 0.01, pc.ortho_init))
-        self.log_std_head = dense(rng, trunk.out_dim, act_dim, 0.01, pc.ortho_init)
-        carch = pc.critic_arch or pc.net_arch
-
-        def make_q(r):
-            return QNetwork(r, obs_dim, act_dim, carch, pc.activation, pc.ortho_init)
-
-        self.q1 = make_q(rng)
-        self.q2 = make_q(rng)
-        self.q1_target = frozen_copy(make_q, self.q1)
-        self.q2_target = frozen_copy(make_q, self.q2)
-        init_alpha = float(getattr(cfg.algo, "init_ent_coef", 1.0))
-        self.log_alpha = Parameter(Tensor(np.array([np.log(init_alpha)], np.float32)), name="log_alpha")
-
-
-
-class TD3Agent(Agent):
-    """TD3 (Fujimoto et al. 2018): deterministic actor (pre-tanh output), twin Q critics,
-    target copies of the actor and both critics."""
-    squash = True
-
-    def __init__(self, cfg, spec, rng: np.random.Generator):
-        super().__init__()
-        _require_box(spec, "td3")
-        pc = cfg.policy
-        obs_dim, act_dim = spec.obs_dim, spec.n_actions
-        self.spec = spec
-        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
-
-        def make_actor(r):
-            return MLP(r, obs_dim, pc.net_arch, pc.activation, act_dim, 0.01, pc.ortho_init)
-
-        carch = pc.critic_arch or pc.net_arch
-
-        def make_q(r):
-            return QNetwork(r, obs_dim, act_dim, carch, pc.activation, pc.ortho_init)
-
-        self.actor = make_actor(rng)
-        self.q1 = make_q(rng)
-        self.q2 = make_q(rng)
-        self.actor_target = frozen_copy(make_actor, self.actor)
-        self.q1_target = frozen_copy(make_q, self.q1)
-        self.q2_target = frozen_copy(make_q, self.q2)
-
-
-
-AGENTS["sac"] = SACAgent
-AGENTS["td3"] = TD3Agent
-
-

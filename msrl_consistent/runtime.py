@@ -24,8 +24,11 @@ import numpy as np
 
 from .config import ConfigError, EnvConfig
 from .envs import SpaceSpec
+from .manifest import is_export_dir, read_manifest
 
 BACKENDS = ("train", "mindspore", "onnxruntime", "lite")
+CROSS_RUNTIME_ATOL = 1e-5
+"""Default tolerance of continuous actions computed by another runtime than MindSpore (ONNX Runtime, Lite)."""
 LITE_ASCEND_PRECISION_MODES = ("enforce_fp32", "preferred_fp32", "enforce_fp16", "enforce_origin", "preferred_optimal")
 LITE_CPU_PRECISION_MODES = ("enforce_fp32", "preferred_fp16")
 
@@ -34,14 +37,32 @@ class BackendUnavailable(RuntimeError):
     """An optional backend package is not installed (the message names it)."""
 
 
-def is_export_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "manifest.json"))
+def default_atol(backend: str, precision: str = "fp32", against: str = "train") -> float:
+    """The default tolerance between ``backend``'s actions and ``against``'s: 0 (bit-identical)
+    where MindSpore computes both in fp32 at the same batch shape, else CROSS_RUNTIME_ATOL.
+    Discrete actions are always compared for equality."""
+    same_engine = backend == "mindspore" and against in ("train", "mindspore")
+    return 0.0 if same_engine and precision == "fp32" else CROSS_RUNTIME_ATOL
+
+
+def in_chunks(run, x: np.ndarray, batch: int) -> np.ndarray:
+    """``run`` on ``x`` in calls of exactly ``batch`` rows (the last one padded by repeating its
+    last row; the padding's outputs are dropped)."""
+    if x.shape[0] == batch:
+        return run(x)
+    outs = []
+    for start in range(0, x.shape[0], batch):
+        chunk = x[start:start + batch]
+        n = chunk.shape[0]
+        if n < batch:
+            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
+        outs.append(run(chunk)[:n])
+    return np.concatenate(outs)
 
 
 def read_run_config(run_dir: str):
     """The resolved config.yaml of a run directory, validated."""
     from .config import load_config
-    import msrl_consistent.algorithms  # noqa: F401  (registers the algorithm configs)
 
     path = os.path.join(run_dir, "config.yaml")
     if not os.path.isfile(path):
@@ -100,17 +121,13 @@ class Policy:
 
     def run_batched(self, x: np.ndarray) -> np.ndarray:
         """Run at the artifact's batch shape: chunks of ``fixed_batch`` (the last one padded)."""
-        b = self.fixed_batch
-        if b is None or x.shape[0] == b:
+        if self.fixed_batch is None:
             return self._run(x)
-        outs = []
-        for start in range(0, x.shape[0], b):
-            chunk = x[start:start + b]
-            n = chunk.shape[0]
-            if n < b:
-                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], b - n, axis=0)])
-            outs.append(self._run(chunk)[:n])
-        return np.concatenate(outs)
+        return in_chunks(self._run, x, self.fixed_batch)
+
+    def act_at_batch(self, obs: np.ndarray, batch: int) -> np.ndarray:
+        """Actions for ``obs`` computed ``batch`` rows per call (the golden set's reference shape)."""
+        return in_chunks(lambda chunk: self.run_batched(self.validate(chunk)), np.asarray(obs), batch)
 
     def _run(self, x: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -127,7 +144,8 @@ class TrainCellPolicy(Policy):
         from . import checkpoint as ckpt
         from .determinism import configure_mindspore
         from .envs import env_spec
-        from .networks import CastIO, build_agent, load_agent_parameters
+        from .networks import CastIO, load_agent_parameters
+        from .registry import build_agent
 
         cfg = read_run_config(run_dir)
         configure_mindspore(cfg.device)
@@ -163,19 +181,17 @@ class ExportedPolicy(Policy):
     """Common loading of an export directory's manifest."""
 
     def __init__(self, export_dir: str):
-        from msrl_consistent.export.manifest import read_manifest
-
         self.export_dir = export_dir
         self.manifest = read_manifest(export_dir)
-        spec = SpaceSpec.from_json(self.manifest["spaces"])
-        super().__init__(spec, None, EnvConfig(**self.manifest["env"]))
-        self.io = self.manifest["io"]
+        super().__init__(self.manifest.spec, None, self.manifest.env_config())
+        self.io = self.manifest.io
+        self.fixed_batch = None if self.manifest.export.dynamic else int(self.manifest.export.batch)
 
     def artifact(self, name: str) -> str:
         path = os.path.join(self.export_dir, name)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{self.export_dir} has no {name} (exported formats: "
-                                    f"{', '.join(self.manifest['export']['formats'])})")
+                                    f"{', '.join(self.manifest.export.formats)})")
         return path
 
 
@@ -190,8 +206,6 @@ class MindSporePolicy(ExportedPolicy):
         from .determinism import configure_mindspore
 
         configure_mindspore("CPU")
-        b = self.manifest["export"]["batch"]
-        self.fixed_batch = None if b == "dynamic" else int(b)
         self.graph = nn.GraphCell(ms.load(self.artifact("actor.mindir")))
         self._Tensor = Tensor
 
@@ -214,7 +228,7 @@ class OnnxRuntimePolicy(ExportedPolicy):
         opts.inter_op_num_threads = 1
         self.session = ort.InferenceSession(self.artifact("actor.onnx"), opts, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
-        self.fixed_batch = int(self.manifest["export"]["onnx"]["batch"])
+        self.fixed_batch = int(self.manifest.export.golden_batch)
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         return self.session.run(None, {self.input_name: x})[0]
@@ -266,8 +280,6 @@ class LitePolicy(ExportedPolicy):
         self.model.build_from_file(self.artifact("actor.mindir"), mslite.ModelType.MINDIR, context)
         self.inputs = self.model.get_inputs()
         self._shape = None
-        b = self.manifest["export"]["batch"]
-        self.fixed_batch = None if b == "dynamic" else int(b)
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         if self._shape != x.shape:
@@ -306,12 +318,11 @@ def _load(path, backend, checkpoint, device, target, precision_mode, precision) 
         if backend == "lite":
             return LitePolicy(path, target, device, precision_mode)
         if backend == "train":
-            from msrl_consistent.export.manifest import read_manifest
-            src = read_manifest(path)["source"]
-            if not os.path.isdir(src["run_dir"]):
-                raise ConfigError(f"{path}: the source run {src['run_dir']} is not present")
+            src = read_manifest(path).source
+            if not os.path.isdir(src.run_dir):
+                raise ConfigError(f"{path}: the source run {src.run_dir} is not present")
             # The reference: the fp32 training cell of the source run, whatever the export's precision.
-            return TrainCellPolicy(src["run_dir"], src["checkpoint"])
+            return TrainCellPolicy(src.run_dir, src.checkpoint)
         raise ConfigError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     backend = backend or "train"
     if backend != "train":

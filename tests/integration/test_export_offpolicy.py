@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import train_run
 
-from conftest import train_run
 from msrl_consistent.cli import main
 from msrl_consistent.export.exporter import export_run
 from msrl_consistent.export.verify import verify_export
@@ -26,7 +26,7 @@ def test_offpolicy_export_verifies(offpolicy_run, tmp_path):
     algo, run = offpolicy_run
     out = str(tmp_path / "e")
     m = export_run(run, out, formats=["mindir", "onnx"], golden=128)
-    assert m["algorithm"] == algo and "tanh" in m["io"]["post_processing"]
+    assert m.algorithm == algo and "tanh" in m.io["post_processing"]
     r = verify_export(out, backend="mindspore", episodes=2)
     assert r["passed"] and r["golden"]["bit_identical"] and r["rollouts"]["identical_episodes"] == 2
     r2 = verify_export(out, backend="onnxruntime", episodes=1)

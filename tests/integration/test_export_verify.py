@@ -9,8 +9,8 @@ import pytest
 from msrl_consistent.cli import main
 from msrl_consistent.config import ConfigError
 from msrl_consistent.export.exporter import export_run
-from msrl_consistent.export.manifest import IntegrityError, read_manifest
 from msrl_consistent.export.verify import verify_export
+from msrl_consistent.manifest import IntegrityError, read_manifest
 from msrl_consistent.networks import IdentityHead
 from msrl_consistent.runtime import BackendUnavailable, load_policy
 
@@ -31,15 +31,15 @@ def pendulum_export(pendulum_run, tmp_path_factory):
 
 def test_manifest_contents(cartpole_export, cartpole_run):
     m = read_manifest(cartpole_export)
-    assert set(m["files"]) == {"actor.mindir", "actor.onnx", "golden.npz"}
-    assert m["algorithm"] == "ppo" and m["env_id"] == "CartPole-v1"
-    assert m["source"]["run_dir"] == os.path.abspath(cartpole_run)
-    assert len(m["source"]["checkpoint_sha256"]) == 64
-    assert m["spaces"]["action"] == {"type": "Discrete", "n": 2, "dtype": "int32"}
-    assert m["io"]["input"]["shape"] == [None, 4] and m["io"]["output"]["dtype"] == "int32"
-    assert m["export"]["onnx"]["output_elem_type"] == "INT32"
+    assert set(m.files) == {"actor.mindir", "actor.onnx", "golden.npz"}
+    assert m.algorithm == "ppo" and m.env_id == "CartPole-v1"
+    assert m.source.run_dir == os.path.abspath(cartpole_run)
+    assert len(m.source.checkpoint_sha256) == 64
+    assert m.spaces["action"] == {"type": "Discrete", "n": 2, "dtype": "int32"}
+    assert m.io["input"]["shape"] == [None, 4] and m.io["output"]["dtype"] == "int32"
+    assert m.export.onnx["output_elem_type"] == "INT32"
     for k in ("mindspore", "numpy", "gymnasium", "python", "msrl_consistent"):
-        assert k in m["versions"]
+        assert k in m.versions
     with np.load(os.path.join(cartpole_export, "golden.npz"), allow_pickle=False) as g:
         assert g["obs"].shape == (256, 4) and g["actions"].shape == (256,) and g["actions"].dtype == np.int32
 
@@ -69,7 +69,7 @@ def test_continuous_export_bit_identical_and_onnx_close(pendulum_export, pendulu
     with np.load(os.path.join(pendulum_export, "golden.npz")) as g:
         assert g["actions"].min() >= -2.0 and g["actions"].max() <= 2.0
     m = read_manifest(pendulum_export)
-    assert m["env"]["normalize_obs"] is True
+    assert m.env["normalize_obs"] is True
 
 
 def test_raw_output_export_is_a_mismatch(cartpole_run, tmp_path, capsys):
@@ -115,7 +115,7 @@ def test_manifest_schema_checked(cartpole_export, tmp_path):
 def test_fp16_export_reports_drift(cartpole_run, tmp_path):
     out = str(tmp_path / "fp16")
     m = export_run(cartpole_run, out, precision="fp16", golden=128)
-    assert m["export"]["precision"] == "fp16"
+    assert m.export.precision == "fp16"
     r = verify_export(out, episodes=2)
     names = [c["name"] for c in r["criteria"]]
     assert any("return drop" in n for n in names)
@@ -125,7 +125,7 @@ def test_fp16_export_reports_drift(cartpole_run, tmp_path):
 def test_fixed_batch_export(cartpole_run, tmp_path):
     out = str(tmp_path / "b8")
     m = export_run(cartpole_run, out, formats=["mindir", "onnx"], batch=8, golden=100)
-    assert m["io"]["input"]["shape"] == [8, 4] and m["golden"]["batch"] == 8
+    assert m.io["input"]["shape"] == [8, 4] and m.golden.batch == 8
     for backend in ("mindspore", "onnxruntime"):
         r = verify_export(out, backend=backend, episodes=1)
         assert r["passed"], backend

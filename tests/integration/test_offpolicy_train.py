@@ -4,10 +4,10 @@ import os
 
 import numpy as np
 import pytest
+from helpers import CONFIGS, train_run
 
-from conftest import CONFIGS, train_run
-import msrl_consistent.algorithms as algorithms
 from msrl_consistent import checkpoint as ckpt
+from msrl_consistent import registry
 from msrl_consistent.cli import main
 
 SHORT = ["total_timesteps=600", "algo.learning_starts=200", "eval.freq=0", "eval.episodes=1",
@@ -31,7 +31,7 @@ def test_sac_deterministic_and_lean_buffer_identical(tmp_path):
     # checkpoint with the replay buffer: a fresh algorithm restores parameters, counters and buffer
     tensors, meta = ckpt.load_checkpoint(os.path.join(str(tmp_path), "a", "checkpoints", "final.safetensors"))
     assert any(k.startswith("replay/") for k in tensors)
-    fresh = algorithms.get_algorithm("sac")(a1.cfg)
+    fresh = registry.get("sac")(a1.cfg)
     fresh.load_state(tensors, meta)
     assert fresh.params_hash() == s1["params_sha256"] and fresh.n_updates == 400
     x, y = a1.buffer.sample(32, np.random.default_rng(0)), fresh.buffer.sample(32, np.random.default_rng(0))
@@ -59,8 +59,8 @@ def test_td3_deterministic(tmp_path):
     tensors, _ = ckpt.load_checkpoint(os.path.join(str(tmp_path), "a", "checkpoints", "final.safetensors"))
     assert not any(k.startswith("replay/") for k in tensors)
     # the log: training stats every log_interval steps, one eval at the end
-    lines = [json.loads(l) for l in open(os.path.join(str(tmp_path), "a", "metrics.jsonl"))]
-    train = [l for l in lines if l["kind"] == "train"]
+    lines = [json.loads(line) for line in open(os.path.join(str(tmp_path), "a", "metrics.jsonl"))]
+    train = [row for row in lines if row["kind"] == "train"]
     assert train and "critic_loss" in train[-1] and "actor_loss" in train[-1]
 
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from msrl_consistent.cli import main
-from msrl_consistent.export.manifest import read_manifest
 from msrl_consistent.export.om import atc_command
+from msrl_consistent.manifest import read_manifest
 
 STAND_IN = """#!{python}
 import json, sys, os
@@ -49,14 +49,14 @@ def test_om_export_with_stand_in_atc(cartpole_run, tmp_path, monkeypatch):
     assert "--input_shape=obs:4,4" in args
     assert "--precision_mode=must_keep_origin_dtype" in args  # always explicit, never ATC's fp16 default
     m = read_manifest(str(out))
-    assert {"actor.om", "actor.onnx", "actor.mindir"} <= set(m["files"])
-    assert m["export"]["conversion"]["om"]["precision_mode"] == "must_keep_origin_dtype"
+    assert {"actor.om", "actor.onnx", "actor.mindir"} <= set(m.files)
+    assert m.export.conversion["om"]["precision_mode"] == "must_keep_origin_dtype"
     # an explicit mode is passed through and recorded
     out2 = tmp_path / "om2"
     assert main(["export", cartpole_run, "--out", str(out2), "--format", "om", "--soc-version", "Ascend310P3",
                  "--precision-mode", "force_fp16", "--golden", "64"]) == 0
     assert "--precision_mode=force_fp16" in json.loads(record.read_text())
-    assert read_manifest(str(out2))["export"]["conversion"]["om"]["precision_mode"] == "force_fp16"
+    assert read_manifest(str(out2)).export.conversion["om"]["precision_mode"] == "force_fp16"
 
 
 def test_om_without_atc_exit_2(cartpole_run, tmp_path, monkeypatch, capsys):

@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 import pytest
+from helpers import train_run
 
-from conftest import train_run
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.cli import main
 from msrl_consistent.runtime import load_policy
@@ -40,7 +40,7 @@ def test_shared_trunk_and_value_clipping_and_target_kl(tmp_path):
     assert s["num_timesteps"] == 2048
     names = list(dict(algo.agent.parameters_and_names()))
     assert sum("layers.0.weight" in n for n in names) == 1  # one trunk, not two
-    rows = [json.loads(l) for l in open(os.path.join(tmp_path, "x", "metrics.jsonl"))]
+    rows = [json.loads(line) for line in open(os.path.join(tmp_path, "x", "metrics.jsonl"))]
     train_rows = [r for r in rows if r["kind"] == "train"]
     # a tiny target_kl stops the epochs early
     assert any(r["epochs"] < 4 for r in train_rows)
@@ -75,7 +75,7 @@ def test_cli_train_and_eval(tmp_path, configs_dir, capsys):
     assert rc == 0
     for p in ["config.yaml", "metrics.jsonl", "summary.json", "checkpoints/final.safetensors", "tb"]:
         assert (run / p).exists(), p
-    rows = [json.loads(l) for l in open(run / "metrics.jsonl")]
+    rows = [json.loads(line) for line in open(run / "metrics.jsonl")]
     train_keys = set().union(*(r.keys() for r in rows if r["kind"] == "train"))
     for k in ["loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
               "explained_variance", "learning_rate", "steps_per_second"]:

@@ -11,7 +11,6 @@ import pytest
 
 from msrl_consistent.cli import main
 from msrl_consistent.export.exporter import export_run
-from msrl_consistent.export.replay import replay
 from msrl_consistent.recording import read_trace
 from msrl_consistent.runtime import load_policy
 

@@ -11,11 +11,11 @@ import time
 
 import numpy as np
 import pytest
+from helpers import CONFIGS, train_run
 
-from conftest import CONFIGS, train_run
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.algorithms import PPO
-from msrl_consistent.algorithms.base import NonFiniteError, RunContext
+from msrl_consistent.algorithms.run import NonFiniteError, RunContext
 from msrl_consistent.cli import main
 from msrl_consistent.config import load_config
 from msrl_consistent.export.exporter import export_run
@@ -65,7 +65,7 @@ def test_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
         assert summary["num_timesteps"] == 2048
         hashes.append(summary["params_sha256"])
     assert hashes[0] == hashes[1]
-    events = [json.loads(l) for l in open(tmp_path / "r1" / "metrics.jsonl") if '"event"' in l]
+    events = [json.loads(line) for line in open(tmp_path / "r1" / "metrics.jsonl") if '"event"' in line]
     assert [e["event"] for e in events][-2:] == ["resumed", "finished"]
 
 
@@ -94,7 +94,7 @@ def test_sigint_writes_checkpoint_exit_130_then_resume(tmp_path):
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "msrl train --resume" in err
-    events = [json.loads(l) for l in open(run / "metrics.jsonl") if '"event"' in l]
+    events = [json.loads(line) for line in open(run / "metrics.jsonl") if '"event"' in line]
     assert events[-1]["event"] == "interrupted" and events[-1]["signal"] == signal.SIGINT
     path = events[-1]["checkpoint"]
     tensors, meta = ckpt.load_checkpoint(path)
@@ -144,7 +144,7 @@ def test_non_finite_parameter_stops_and_keeps_last_good_checkpoint(tmp_path):
         algo.learn(str(run), progress=False)
     assert sorted(os.listdir(run / "checkpoints")) == ["step-000000000.safetensors"]
     assert open(good, "rb").read() == before
-    events = [json.loads(l) for l in open(run / "metrics.jsonl") if '"event"' in l]
+    events = [json.loads(line) for line in open(run / "metrics.jsonl") if '"event"' in line]
     assert events[-1]["event"] == "non_finite"
 
 
@@ -229,5 +229,5 @@ def test_soak_20_interrupt_resume_cycles(tmp_path, monkeypatch):
     tensors, meta = ckpt.load_checkpoint(str(run / "checkpoints" / "final.safetensors"))
     assert meta["counters"]["num_timesteps"] == 12288
     assert main(["eval", str(run), "--episodes", "2"]) == 0
-    events = [json.loads(l)["event"] for l in open(run / "metrics.jsonl") if '"event"' in l]
+    events = [json.loads(line)["event"] for line in open(run / "metrics.jsonl") if '"event"' in line]
     assert events.count("interrupted") == 20 and events.count("resumed") == 20

@@ -1,6 +1,5 @@
 """Network pieces of the policy cell: activation accuracy, action heads, orthogonal init."""
 import numpy as np
-import mindspore as ms
 from mindspore import Tensor, nn
 
 from msrl_consistent.determinism import configure_mindspore

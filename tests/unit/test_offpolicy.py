@@ -8,17 +8,16 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn
 
+from msrl_consistent import registry
+from msrl_consistent.algorithms import OffPolicyAlgorithm
+from msrl_consistent.algorithms.sac import SACAct, SACAgent
+from msrl_consistent.algorithms.td3 import TargetPolicySmoothing, TD3Act, TD3Agent
 from msrl_consistent.buffers import ReplayBuffer
 from msrl_consistent.config import ConfigError, load_config
 from msrl_consistent.determinism import configure_mindspore
 from msrl_consistent.distributions import tanh_gaussian_log_prob
 from msrl_consistent.envs import SpaceSpec
-from msrl_consistent.networks import SACAgent, TanhScaleHead, TD3Agent
-
-import msrl_consistent.algorithms as algorithms
-from msrl_consistent.algorithms.base import OffPolicyAlgorithm
-from msrl_consistent.algorithms.sac import SACAct
-from msrl_consistent.algorithms.td3 import TargetPolicySmoothing, TD3Act
+from msrl_consistent.networks import TanhScaleHead
 
 configure_mindspore("CPU")
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
@@ -46,7 +45,7 @@ def test_tanh_gaussian_log_prob_matches_numpy():
 
 def _filled(name, extra=()):
     cfg = load_config(os.path.join(CONFIGS, name, "Pendulum-v1.yaml"), SMALL + list(extra))
-    algo = algorithms.get_algorithm(name)(cfg)
+    algo = registry.get(name)(cfg)
     buf = algo.make_buffer(1)
     rng = np.random.default_rng(1)
     for i in range(40):
@@ -115,7 +114,7 @@ def _episode_stream(n_steps, n_envs, seed=0):
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(n_envs, 2)).astype(np.float32)
     out = []
-    for t in range(n_steps):
+    for _t in range(n_steps):
         nxt = rng.normal(size=(n_envs, 2)).astype(np.float32)  # the true next obs (final where ended)
         term = rng.random(n_envs) < 0.15
         trunc = ~term & (rng.random(n_envs) < 0.15)
@@ -137,7 +136,7 @@ def test_replay_buffer_wraparound_and_truncation(lean):
         buf.add(*tr)
     assert buf.full and buf.size == 10 and buf.pos == (8 * n_envs) % 10
     kept = {}
-    for obs, nxt, act, rew, term, trunc in stream[-5:]:
+    for obs, nxt, act, rew, term, _trunc in stream[-5:]:
         for i in range(n_envs):
             kept[obs[i].tobytes()] = (nxt[i], act[i], rew[i], float(term[i]))
     s = buf.sample(500, np.random.default_rng(3))
@@ -236,7 +235,7 @@ def test_random_warmup_actions_in_box():
 def test_discrete_action_space_is_config_error(name):
     cfg = load_config(os.path.join(CONFIGS, name, "Pendulum-v1.yaml"), ["env.id=CartPole-v1"])
     with pytest.raises(ConfigError, match=r"Discrete\(2\)"):
-        algorithms.get_algorithm(name)(cfg)
+        registry.get(name)(cfg)
 
 
 @pytest.mark.parametrize("path", ["sac/Pendulum-v1.yaml", "td3/Pendulum-v1.yaml",

@@ -5,11 +5,9 @@ import os
 
 import numpy as np
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import msrl_consistent.algorithms  # noqa: F401
 from msrl_consistent.config import ConfigError, load_config
 
 KEYS = ["algorithm", "seed", "total_timesteps", "device", "env", "policy", "algo", "eval", "checkpoint", "log",

@@ -1,0 +1,153 @@
+"""The context of one training run: logging, periodic evaluation, checkpoints, the interrupt
+and non-finite stops, per-rank status files, and the time spent per phase of the loop."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Dict, Optional
+
+import numpy as np
+
+from msrl_consistent import checkpoint as ckpt
+from msrl_consistent.logging import RunLogger
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM during training: a checkpoint was written, exit 130 or 143."""
+
+    def __init__(self, signum: int, checkpoint: str):
+        super().__init__(f"interrupted by signal {signum}; checkpoint {checkpoint}")
+        self.signum = signum
+        self.checkpoint = checkpoint
+        self.exit_code = 128 + signum
+
+
+class NonFiniteError(RuntimeError):
+    """A non-finite loss, gradient or parameter: training stops, the last good checkpoint stays."""
+
+
+class RunContext:
+    """Logging, periodic evaluation and checkpointing around a learn loop."""
+
+    def __init__(self, algo, run_dir: str, progress: bool):
+        self.algo = algo
+        self.cfg = algo.cfg
+        self.run_dir = run_dir
+        self.ckpt_dir = os.path.join(run_dir, "checkpoints")
+        os.makedirs(self.ckpt_dir, exist_ok=True)
+        self.main = algo.dist.is_main  # rank 0 alone writes logs, metrics and checkpoints
+        self.logger = RunLogger(run_dir, self.cfg.total_timesteps, self.cfg.log.tensorboard, progress,
+                                self.cfg.log.window, start_step=algo.num_timesteps, enabled=self.main)
+        if algo.resumed_from:
+            self.logger.event(algo.num_timesteps, event="resumed", checkpoint=algo.resumed_from)
+        if algo.dist.enabled:  # ranks/<rank>.json: running (with the pid), then the final results
+            self.write_rank_status({"rank": algo.dist.rank, "world": algo.dist.world, "pid": os.getpid(),
+                                    "status": "running"})
+        self.t_start = time.perf_counter()
+        self.phases: Dict[str, float] = {"update": 0.0, "acting": 0.0, "env": 0.0, "eval": 0.0, "log": 0.0}
+        """Seconds spent per phase of the loop (the loops add to them; summary.json reports them)."""
+        self.next_eval = self._next_multiple(self.cfg.eval.freq)
+        self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
+        self.last_eval: Optional[dict] = None
+
+    def _next_multiple(self, freq: int) -> Optional[int]:
+        if freq <= 0:
+            return None
+        return (self.algo.num_timesteps // freq + 1) * freq
+
+    def episode_done(self, ret: float, length: int) -> None:
+        self.logger.episode(self.algo.num_timesteps, ret, length)
+
+    def after_iteration(self, stats: Dict[str, float]) -> None:
+        """Log training stats; evaluate and checkpoint when their step multiples are crossed."""
+        algo = self.algo
+        t0 = time.perf_counter()
+        step = algo.num_timesteps
+        stats = dict(stats)
+        stats["steps_per_second"] = self.logger.steps_per_second(step)
+        mr = self.logger.mean_return()
+        if mr is not None:
+            stats["recent_mean_return"] = mr
+        self.check_finite(step, stats)
+        self.logger.scalars(step, stats, "train")
+        self.logger.progress(step)
+        self.phases["log"] += time.perf_counter() - t0
+        if self.next_eval is not None and step >= self.next_eval and step < self.cfg.total_timesteps:
+            if self.main:
+                self.evaluate()
+            self.next_eval = self._next_multiple(self.cfg.eval.freq)
+        if self.next_ckpt is not None and step >= self.next_ckpt and step < self.cfg.total_timesteps:
+            self.save_periodic(step)
+            self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
+        if algo.stop_requested is not None:
+            self.interrupt(algo.stop_requested)
+        if algo.signals is not None:
+            algo.signals.reinstall()  # MindSpore replaced the SIGINT handler during the graph calls
+
+    def save_periodic(self, step: int) -> str:
+        path = os.path.join(self.ckpt_dir, f"step-{step:09d}.safetensors")
+        if self.main:
+            self.algo.save(path)
+            ckpt.prune(self.ckpt_dir, self.cfg.checkpoint.keep)
+        return path
+
+    def interrupt(self, signum: int) -> None:
+        step = self.algo.num_timesteps
+        path = self.save_periodic(step)
+        self.logger.event(step, event="interrupted", signal=int(signum), checkpoint=path)
+        raise TrainingInterrupted(signum, path)
+
+    def check_finite(self, step: int, stats: Dict[str, float]) -> None:
+        """Stop on a non-finite loss, gradient norm or parameter, before anything is saved."""
+        for k, v in stats.items():
+            if ("loss" in k or "grad" in k) and isinstance(v, float) and not np.isfinite(v):
+                self.logger.event(step, event="non_finite", quantity=k)
+                raise NonFiniteError(f"non-finite {k} ({v}) at step {step}; training stopped, the last good "
+                                     f"checkpoint in {self.ckpt_dir} is kept")
+        for k, v in self.algo.parameters().items():
+            if not np.all(np.isfinite(v)):
+                self.logger.event(step, event="non_finite", quantity=f"parameter {k}")
+                raise NonFiniteError(f"non-finite parameter {k} at step {step}; training stopped, the last good "
+                                     f"checkpoint in {self.ckpt_dir} is kept")
+
+    def evaluate(self) -> dict:
+        t0 = time.perf_counter()
+        step = self.algo.num_timesteps
+        returns, lengths = self.algo.evaluate(self.cfg.eval.episodes, self.cfg.seed + self.cfg.eval.seed_offset)
+        res = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+               "mean_length": float(np.mean(lengths))}
+        self.logger.scalars(step, res, "eval")
+        self.last_eval = res
+        self.phases["eval"] += time.perf_counter() - t0
+        return res
+
+    def finish(self) -> dict:
+        algo = self.algo
+        wall = time.perf_counter() - self.t_start
+        summary = {
+            "algorithm": algo.name, "env": self.cfg.env.id, "seed": self.cfg.seed,
+            "num_timesteps": algo.num_timesteps, "wall_time_s": round(wall, 3),
+            "steps_per_second": round(self.logger.steps_per_second(algo.num_timesteps), 2),
+            "params_sha256": algo.params_hash(),
+        }
+        summary["phase_seconds"] = {k: round(v, 3) for k, v in self.phases.items()}
+        summary["phase_seconds"]["other"] = round(wall - sum(self.phases.values()), 3)
+        if algo.dist.enabled:
+            self.write_rank_status(dict(summary, rank=algo.dist.rank, world=algo.dist.world, pid=os.getpid(),
+                                        status="finished"))
+        if not self.main:
+            return summary
+        summary["final_eval"] = self.evaluate()
+        algo.save(os.path.join(self.ckpt_dir, "final.safetensors"))
+        self.logger.event(algo.num_timesteps, event="finished", **summary)
+        ckpt.atomic_write_text(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def write_rank_status(self, info: dict) -> None:
+        os.makedirs(os.path.join(self.run_dir, "ranks"), exist_ok=True)
+        ckpt.atomic_write_text(os.path.join(self.run_dir, "ranks", f"{self.algo.dist.rank}.json"),
+                               json.dumps(info, indent=2) + "\n")
+
+    def close(self) -> None:
+        self.logger.close()

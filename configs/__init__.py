@@ -1,0 +1,1 @@
+"""The tuned configs, shipped as package data (``msrl_consistent.configs``): ``<algorithm>/<env id>.yaml``."""

@@ -1,0 +1,239 @@
+"""manifest.json: what an export directory holds and how it was made, as a typed dataclass.
+
+This module is the one place that reads and writes manifest.json; everything else (the
+runtime, ``msrl verify``, ``msrl replay``, the exporter) uses :class:`Manifest`'s attributes.
+
+Schema version 1 fields (all required unless marked): schema_version, created, msrl_version,
+versions, algorithm, env_id, env, spaces, source, export, io, files, golden, and the optional
+precision_sweep. ``files`` maps each artifact file name to its sha256; every command that
+reads an export checks them before anything runs (:func:`check_integrity`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+from .config import ConfigError
+from .determinism import file_sha256
+
+SCHEMA_VERSION = 1
+FILE_NAME = "manifest.json"
+
+
+class IntegrityError(RuntimeError):
+    """An export directory does not match its manifest, or the manifest is malformed (exit 2)."""
+
+
+@dataclass
+class Source:
+    run_dir: str
+    """Absolute path of the run directory the policy was exported from."""
+    checkpoint: str
+    """Absolute path of the checkpoint file."""
+    checkpoint_sha256: str
+    config: Dict[str, Any]
+    """The run's resolved config."""
+
+
+@dataclass
+class ExportInfo:
+    formats: List[str]
+    """Artifacts written: mindir, onnx, om."""
+    precision: str
+    """fp32 or fp16 (the cell computing in float16 with float32 input and output)."""
+    batch: Union[int, str]
+    """The MindIR's batch: a fixed size or "dynamic"."""
+    golden_batch: int
+    """Batch shape of the fixed-shape artifacts (ONNX, OM) and of the golden set's reference calls."""
+    conversion: Dict[str, Any] = field(default_factory=dict)
+    """Converter options (om: the ATC command and precision mode; lite: the precision default)."""
+    onnx: Optional[Dict[str, Any]] = None
+    """ONNX details (batch, opset, input/output names and element types) when exported."""
+
+    @property
+    def dynamic(self) -> bool:
+        return self.batch == "dynamic"
+
+
+@dataclass
+class GoldenInfo:
+    file: str
+    count: int
+    batch: int
+    reference: str
+    rollout: int = 0
+    bounds: int = 0
+    episodes: int = 0
+    seed: int = 0
+
+
+@dataclass
+class Manifest:
+    schema_version: int
+    created: str
+    msrl_version: str
+    versions: Dict[str, str]
+    algorithm: str
+    env_id: str
+    env: Dict[str, Any]
+    """The EnvConfig the policy was trained with (keys of msrl_consistent.config.EnvConfig)."""
+    spaces: Dict[str, Any]
+    """Observation and action spaces (envs.SpaceSpec.to_json)."""
+    source: Source
+    export: ExportInfo
+    io: Dict[str, Any]
+    """input/output name, shape (None: dynamic) and dtype, and the post-processing inside the cell."""
+    files: Dict[str, str]
+    """File name -> sha256 of every artifact."""
+    golden: GoldenInfo
+    precision_sweep: Optional[Dict[str, Any]] = None
+
+    # -- JSON --------------------------------------------------------------------------------
+    def to_json(self) -> Dict[str, Any]:
+        d = dataclasses.asdict(self)
+        if d["precision_sweep"] is None:
+            del d["precision_sweep"]
+        if d["export"]["onnx"] is None:
+            del d["export"]["onnx"]
+        return d
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> "Manifest":
+        """Build from parsed JSON; a missing field or a field of the wrong type raises
+        IntegrityError naming ``where`` and the field."""
+        if not isinstance(d, dict):
+            raise IntegrityError(f"{where}: expected a JSON object")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise IntegrityError(f"{where}: unknown schema_version {d.get('schema_version')!r} "
+                                 f"(this msrl-consistent reads version {SCHEMA_VERSION})")
+        return _build(cls, d, where, "")
+
+    @property
+    def spec(self):
+        from .envs import SpaceSpec
+        return SpaceSpec.from_json(self.spaces)
+
+    def env_config(self):
+        from .config import EnvConfig
+        return EnvConfig(**self.env)
+
+
+_JSON_TYPES = {int: (int,), str: (str,), float: (int, float), bool: (bool,)}
+
+
+def _check(value: Any, tp: Any, where: str, key: str) -> Any:
+    import typing
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Union:
+        for a in args:
+            if a is type(None) and value is None:
+                return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _check(value, a, where, key)
+            except IntegrityError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where, key + ".")
+    if origin in (dict, Dict):
+        if not isinstance(value, dict):
+            raise IntegrityError(f"{where}: field '{key}' is {type(value).__name__}, expected an object")
+        if args and args[1] is str and not all(isinstance(v, str) for v in value.values()):
+            raise IntegrityError(f"{where}: field '{key}' must map names to strings")
+        return value
+    if origin in (list, List):
+        if not isinstance(value, list) or (args and not all(isinstance(v, args[0]) for v in value)):
+            raise IntegrityError(f"{where}: field '{key}' is {value!r}, expected a list of {args[0].__name__}")
+        return value
+    ok = _JSON_TYPES.get(tp)
+    if ok is not None and (isinstance(value, bool) and tp is not bool or not isinstance(value, ok)):
+        raise IntegrityError(f"{where}: field '{key}' is {value!r}, expected {tp.__name__}")
+    return value
+
+
+def _build(cls, d: Any, where: str, prefix: str):
+    import typing
+    if not isinstance(d, dict):
+        raise IntegrityError(f"{where}: field '{prefix.rstrip('.')}' is {type(d).__name__}, expected an object")
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    missing = [f.name for f in fields if f.name not in d and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise IntegrityError(f"{where}: missing fields {', '.join(prefix + m for m in missing)}")
+    kwargs = {f.name: _check(d[f.name], hints[f.name], where, prefix + f.name) for f in fields if f.name in d}
+    return cls(**kwargs)
+
+
+# -- reading and writing ----------------------------------------------------------------------
+def manifest_path(export_dir: str) -> str:
+    return os.path.join(export_dir, FILE_NAME)
+
+
+def is_export_dir(path: str) -> bool:
+    return os.path.isfile(manifest_path(path))
+
+
+def read_manifest(export_dir: str) -> Manifest:
+    """Read and validate manifest.json; unknown schema versions, missing fields and wrong types are errors."""
+    path = manifest_path(export_dir)
+    if not os.path.isfile(path):
+        raise ConfigError(f"{export_dir} is not an export directory (no {FILE_NAME})")
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            d = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IntegrityError(f"{path} is not valid JSON: {exc}") from None
+    return Manifest.from_json(d, path)
+
+
+def write_manifest(directory: str, manifest: Manifest) -> None:
+    from .checkpoint import atomic_write_text
+    atomic_write_text(manifest_path(directory), json.dumps(manifest.to_json(), indent=2) + "\n")
+
+
+def check_integrity(export_dir: str, manifest: Manifest) -> Dict[str, str]:
+    """sha256 of every file listed in the manifest; a missing or changed file raises IntegrityError."""
+    checked = {}
+    for name, expected in sorted(manifest.files.items()):
+        path = os.path.join(export_dir, name)
+        if not os.path.isfile(path):
+            raise IntegrityError(f"{name}: listed in {FILE_NAME} but missing from {export_dir}")
+        actual = file_sha256(path)
+        if actual != expected:
+            raise IntegrityError(f"{name}: sha256 {actual} does not match the manifest's {expected} "
+                                 f"(the file was modified or corrupted after export)")
+        checked[name] = actual
+    return checked
+
+
+def versions() -> Dict[str, str]:
+    import gymnasium
+    import mindspore
+    import numpy
+
+    from . import __version__
+
+    out = {"msrl_consistent": __version__, "mindspore": mindspore.__version__,
+           "numpy": numpy.__version__, "gymnasium": gymnasium.__version__,
+           "python": platform.python_version()}
+    try:
+        import onnx
+        out["onnx"] = onnx.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
