@@ -7,6 +7,7 @@ Stable-Baselines3; the configs under configs/ppo/ follow RL-Zoo's tuned hyperpar
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Dict, Literal, Optional
 
@@ -23,6 +24,7 @@ from msrl_consistent.distributions import (
     gaussian_entropy,
     gaussian_log_prob,
 )
+from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks import MLP, Agent, Chain, dense
 from msrl_consistent.normalization import ObsNormalizer
 
@@ -131,7 +133,10 @@ class ValueCell(nn.Cell):
 
 
 class PPOLoss(nn.Cell):
-    """The whole PPO loss; returns (loss, policy loss, value loss, entropy, approx KL, clip fraction)."""
+    """The whole PPO loss; returns (loss, policy loss, value loss, entropy, approx KL, clip fraction).
+
+    With ``ent_coef == 0`` the entropy is reported but not differentiated (``pg - 0 * ent`` is
+    ``pg``: the same parameters, one gradient branch fewer)."""
 
     def __init__(self, agent, c: PPOConfig):
         super().__init__()
@@ -160,25 +165,32 @@ class PPOLoss(nn.Cell):
             advantages = centered / (std + 1e-8)
         log_ratio = log_prob - old_log_prob
         ratio = ops.exp(log_ratio)
-        surrogate = ops.minimum(advantages * ratio, advantages * ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range))
-        policy_loss = -surrogate.mean()
+        clipped_ratio = ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)
+        policy_loss = -ops.minimum(advantages * ratio, advantages * clipped_ratio).mean()
         if self.clip_vf:
             values = old_values + ops.clip_by_value(values - old_values, -clip_range_vf, clip_range_vf)
         value_loss = ((returns - values) ** 2).mean()
-        loss = policy_loss - self.ent_coef * entropy + self.vf_coef * value_loss
+        if self.ent_coef != 0.0:
+            loss = policy_loss - self.ent_coef * entropy + self.vf_coef * value_loss
+        else:
+            loss = policy_loss + self.vf_coef * value_loss
         approx_kl = ((ratio - 1.0) - log_ratio).mean()  # http://joschu.net/blog/kl-approx.html
         clip_fraction = (ops.abs(ratio - 1.0) > clip_range).astype(ms.float32).mean()
         return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction
 
 
 class PPOTrainStep(nn.Cell):
-    """Loss, gradients, global-norm clipping and the Adam step in one compiled call."""
+    """One minibatch: loss, gradients, (data parallel: the ranks' mean gradient), global-norm
+    clipping and the Adam step -> the stats of STAT_NAMES, shape (7,).
+
+    The clipping is ``ops.clip_by_global_norm``'s arithmetic (the same ops in the same order)
+    with the norm computed once and reported as grad_norm."""
 
     def __init__(self, loss: PPOLoss, optimizer: nn.Optimizer, max_grad_norm: float, world: int = 1):
         super().__init__()
         self.optimizer = optimizer
-        self.max_grad_norm = float(max_grad_norm)
         self.grad_fn = ops.value_and_grad(loss, None, optimizer.parameters, has_aux=True)
+        self.clip_norm = Tensor([float(max_grad_norm)], ms.float32)  # shape (1,), as clip_by_global_norm
         # Data parallel (msrun): average gradients over ranks before clipping, in the same graph.
         self.distributed = world > 1
         if self.distributed:
@@ -189,10 +201,96 @@ class PPOTrainStep(nn.Cell):
                                                           old_values, clip_range, clip_range_vf)
         if self.distributed:
             grads = self.reducer(grads)
-        grad_norm = ops.sqrt(ops.addn([(g * g).sum() for g in grads]))
-        grads = ops.clip_by_global_norm(grads, self.max_grad_norm)
-        self.optimizer(grads)
-        return ops.stack([loss, pg, vl, ent, kl, cf, grad_norm])
+        norm = ops.sqrt(ops.addn([ops.expand_dims(ops.ReduceSum(False)(ops.square(g), ()), 0) for g in grads]))
+        scale = ops.select(norm >= self.clip_norm, norm, self.clip_norm)
+        self.optimizer(tuple(g * self.clip_norm / scale for g in grads))
+        return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
+
+
+class PPOUpdatePhase(nn.Cell):
+    """Every epoch and minibatch of one update phase in one graph call.
+
+    Inputs: the rollout arrays, the minibatch indices of the whole phase (drawn on the host from
+    the run's Generator exactly as the per-minibatch loop draws them: one permutation per epoch,
+    consecutive slices of batch_size) as ``full`` (n_epochs * full minibatches per epoch,
+    batch_size) and, when the rollout is not a multiple of batch_size, ``tail`` (n_epochs, rest)
+    for each epoch's shorter last minibatch; the learning rate, clip ranges and the target_kl
+    threshold. A native ``while`` over a Tensor counter compiles to a real loop whose body is
+    PPOTrainStep (a Python range would unroll); a Tensor ``if`` chooses the full-size or the
+    tail-size step, each with its own static shapes, so every minibatch runs exactly the graph
+    the per-minibatch loop runs (parameters bit-identical, tested). With target_kl, the
+    minibatch whose approx KL exceeds the threshold is applied and the phase stops after it.
+    Returns (stats (minibatches, 7), minibatches run); rows past the stop are zero.
+    """
+
+    def __init__(self, step: PPOTrainStep, n_epochs: int, rollout: int, batch_size: int):
+        super().__init__()
+        self.step = step
+        self.optimizer = step.optimizer
+        self.per_epoch = rollout // batch_size  # full-size minibatches per epoch
+        self.ragged = rollout % batch_size != 0  # every epoch ends with a shorter minibatch
+        self.per_epoch_all = self.per_epoch + (1 if self.ragged else 0)
+        self.total = n_epochs * self.per_epoch_all
+
+    def minibatch(self, b, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
+        return self.step(ops.gather(obs, b, 0), ops.gather(actions, b, 0), ops.gather(old_log_prob, b, 0),
+                         ops.gather(advantages, b, 0), ops.gather(returns, b, 0), ops.gather(old_values, b, 0),
+                         clip_range, clip_range_vf)
+
+    def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, full, tail,
+                  learning_rate, clip_range, clip_range_vf, kl_threshold):
+        # In the graph: a graph with a loop does not see a host-side set_data on this Parameter.
+        ops.assign(self.optimizer.learning_rate, learning_rate)
+        stats = ops.zeros((self.total, 7), ms.float32)
+        k = ops.zeros((), ms.int32)  # minibatch counter
+        e = ops.zeros((), ms.int32)  # epoch
+        p = ops.zeros((), ms.int32)  # position in the epoch
+        n_run = ops.zeros((), ms.int32)
+        while k < self.total:
+            if self.ragged:  # a constant: only one of the two bodies is compiled
+                if p < self.per_epoch:
+                    s = self.minibatch(full[e * self.per_epoch + p], obs, actions, old_log_prob, advantages, returns,
+                                       old_values, clip_range, clip_range_vf)
+                else:
+                    s = self.minibatch(tail[e], obs, actions, old_log_prob, advantages, returns, old_values,
+                                       clip_range, clip_range_vf)
+                last = p == self.per_epoch
+                e = ops.select(last, e + 1, e)
+                p = ops.select(last, p * 0, p + 1)
+            else:
+                s = self.minibatch(full[k], obs, actions, old_log_prob, advantages, returns, old_values,
+                                   clip_range, clip_range_vf)
+            stats = ops.tensor_scatter_update(stats, k.reshape((1, 1)), s.reshape((1, 7)))
+            n_run = k + 1
+            k = ops.select(s[4] > kl_threshold, k * 0 + self.total, k + 1)
+        return stats, n_run
+
+
+def kl_threshold(target_kl: Optional[float]) -> float:
+    """The float32 t with ``kl > t`` exactly when ``float(kl) > 1.5 * target_kl`` in float64 (the
+    per-minibatch loop's test) for every float32 kl: 1.5 * target_kl rounded toward -inf.
+    +inf without target_kl (never stop)."""
+    if target_kl is None:
+        return math.inf
+    thr = 1.5 * float(target_kl)
+    t = np.float32(thr)
+    if float(t) > thr:
+        t = np.nextafter(t, np.float32(-np.inf))
+    return float(t)
+
+
+def minibatch_indices(rng: np.random.Generator, n: int, batch_size: int, n_epochs: int):
+    """The minibatch indices of one phase, drawn as the per-minibatch loop draws them (one
+    permutation per epoch, consecutive slices of batch_size): (full, tail) as PPOUpdatePhase
+    takes them; when batch_size divides n, tail is an unused (n_epochs, 1) placeholder."""
+    f = n // batch_size
+    perms = [rng.permutation(n) for _ in range(n_epochs)]
+    full = np.concatenate([p[:f * batch_size].reshape(f, batch_size) for p in perms]).astype(np.int32)
+    if n % batch_size:
+        tail = np.stack([p[f * batch_size:] for p in perms]).astype(np.int32)
+    else:
+        tail = np.zeros((n_epochs, 1), np.int32)
+    return full, tail
 
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
@@ -219,47 +317,74 @@ class PPO(OnPolicyAlgorithm):
         self.optimizer = nn.Adam(self.agent.trainable_params(), learning_rate=c.learning_rate, eps=c.adam_eps)
         self.optimizers = {"adam": self.optimizer}
         self.step_cell = PPOTrainStep(PPOLoss(self.agent, c), self.optimizer, c.max_grad_norm, self.dist.world)
+        # One graph call per update phase; data-parallel runs keep one call per minibatch (their
+        # target_kl decision averages approx KL over the ranks on the host).
+        self.fused = self.dist.world == 1
+        self.phase_cell = PPOUpdatePhase(self.step_cell, c.n_epochs, rollout, c.batch_size) if self.fused else None
+        self._phase_fn = FastCall(self.phase_cell) if self.fused else None
 
     def train(self, buf) -> Dict[str, float]:
+        """The update phase over one rollout: n_epochs passes of shuffled minibatches."""
         c: PPOConfig = self.cfg.algo
-        remaining = 1.0 - self.num_timesteps / self.cfg.total_timesteps
-        remaining = max(remaining, 0.0)
+        remaining = max(1.0 - self.num_timesteps / self.cfg.total_timesteps, 0.0)
         lr = schedule_value(c.learning_rate, c.lr_schedule, remaining)
         clip = schedule_value(c.clip_range, c.clip_range_schedule, remaining)
-        self.optimizer.learning_rate.set_data(Tensor(lr, ms.float32))
-        clip_t = Tensor(clip, ms.float32)
-        clip_vf_t = Tensor(c.clip_range_vf or 0.0, ms.float32)
         data = buf.flat()
-        n = data["obs"].shape[0]
-        stats = []
-        stop = False
-        epochs = 0
-        for _ in range(c.n_epochs):
-            epochs += 1
-            perm = self.rng.permutation(n)
-            for start in range(0, n, c.batch_size):
-                idx = perm[start:start + c.batch_size]
-                out = self.step_cell(Tensor(data["obs"][idx]), Tensor(data["actions"][idx]),
-                                     Tensor(data["log_probs"][idx]), Tensor(data["advantages"][idx]),
-                                     Tensor(data["returns"][idx]), Tensor(data["values"][idx]), clip_t, clip_vf_t)
-                s = out.asnumpy()
-                stats.append(s)
-                self.n_updates += 1
-                if c.target_kl is not None:
-                    # every rank must take the same decision (the update is a collective)
-                    kl = float(self.dist.allgather(np.array([s[4]])).mean())
-                    if kl > 1.5 * c.target_kl:
-                        stop = True
-                        break
-            if stop:
-                break
-        mean = np.mean(np.stack(stats), axis=0)
-        res = {k: float(v) for k, v in zip(STAT_NAMES, mean)}
+        if self.fused:
+            stats, epochs = self._train_fused(data, lr, clip)
+        else:
+            stats, epochs = self._train_per_minibatch(data, lr, clip)
+        res = {k: float(v) for k, v in zip(STAT_NAMES, np.mean(stats, axis=0))}
         var_ret = np.var(data["returns"])
-        res["explained_variance"] = float("nan") if var_ret == 0 else float(1.0 - np.var(data["returns"] - data["values"]) / var_ret)
+        explained = 1.0 - np.var(data["returns"] - data["values"]) / var_ret if var_ret else float("nan")
+        res["explained_variance"] = float(explained)
         res["learning_rate"] = lr
         res["clip_range"] = clip
         res["epochs"] = epochs
         if not self.spec.discrete:
             res["std"] = float(np.exp(self.agent.log_std.asnumpy()).mean())
         return res
+
+    def _train_fused(self, data, lr: float, clip: float):
+        """Every minibatch in one graph call (PPOUpdatePhase); returns (stats rows, epochs run)."""
+        c: PPOConfig = self.cfg.algo
+        n = data["obs"].shape[0]
+        rng_state = self.rng.bit_generator.state
+        full, tail = minibatch_indices(self.rng, n, c.batch_size, c.n_epochs)
+        stats, n_run = self._phase_fn(
+            Tensor(data["obs"]), Tensor(data["actions"]), Tensor(data["log_probs"]), Tensor(data["advantages"]),
+            Tensor(data["returns"]), Tensor(data["values"]), Tensor(full), Tensor(tail), Tensor(lr, ms.float32),
+            Tensor(clip, ms.float32), Tensor(c.clip_range_vf or 0.0, ms.float32),
+            Tensor(kl_threshold(c.target_kl), ms.float32))
+        n_run = int(n_run.asnumpy())
+        epochs = (n_run - 1) // self.phase_cell.per_epoch_all + 1
+        if epochs < c.n_epochs:
+            # target_kl stopped the phase: the per-minibatch loop draws only the permutations of the
+            # epochs it runs. Rewind the Generator and draw those, so the random stream is the same.
+            self.rng.bit_generator.state = rng_state
+            for _ in range(epochs):
+                self.rng.permutation(n)
+        self.n_updates += n_run
+        return stats.asnumpy()[:n_run], epochs
+
+    def _train_per_minibatch(self, data, lr: float, clip: float):
+        """One graph call per minibatch (data-parallel runs); returns (stats rows, epochs run)."""
+        c: PPOConfig = self.cfg.algo
+        self.optimizer.learning_rate.set_data(Tensor(lr, ms.float32))
+        clip_t = Tensor(clip, ms.float32)
+        clip_vf_t = Tensor(c.clip_range_vf or 0.0, ms.float32)
+        n = data["obs"].shape[0]
+        stats = []
+        for epoch in range(c.n_epochs):
+            perm = self.rng.permutation(n)
+            for start in range(0, n, c.batch_size):
+                idx = perm[start:start + c.batch_size]
+                s = self.step_cell(Tensor(data["obs"][idx]), Tensor(data["actions"][idx]),
+                                   Tensor(data["log_probs"][idx]), Tensor(data["advantages"][idx]),
+                                   Tensor(data["returns"][idx]), Tensor(data["values"][idx]), clip_t, clip_vf_t).asnumpy()
+                stats.append(s)
+                self.n_updates += 1
+                # every rank must take the same decision (the update is a collective)
+                if c.target_kl is not None and float(self.dist.allgather(np.array([s[4]])).mean()) > 1.5 * c.target_kl:
+                    return np.stack(stats), epoch + 1
+        return np.stack(stats), c.n_epochs

@@ -57,5 +57,8 @@ class ObsNormalizer(nn.Cell):
         return obs
 
     def set_stats(self, rms: RunningMeanStd) -> None:
-        self.mean.set_data(Tensor(rms.mean.astype(np.float32)))
-        self.var.set_data(Tensor(rms.var.astype(np.float32)))
+        """Write the statistics in place: MindSpore 2.10 graphs that contain a loop (PPO's fused
+        update phase) keep reading a Parameter's old buffer after ``set_data`` (measured), while
+        an in-place copy is seen by every graph."""
+        self.mean.copy_(Tensor(rms.mean.astype(np.float32)))
+        self.var.copy_(Tensor(rms.var.astype(np.float32)))
