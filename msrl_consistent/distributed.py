@@ -16,13 +16,15 @@ Multi-host (documented in the README): run the same ``msrun`` command on every n
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -99,38 +101,118 @@ def msrun_command(entry: str, entry_args: List[str], workers: int, master_port: 
             f"--log_dir={log_dir}", "--join=True", "--cluster_time_out=120", entry] + list(entry_args)
 
 
-ENTRY = "import sys\nfrom msrl_consistent.entry import main\nsys.exit(main())\n"
+ENTRY = """import os
+import sys
+# msrun starts its workers as `python THIS_FILE ...`, with whatever `python` comes first on PATH;
+# the launcher puts its own interpreter's directory first, and this re-executes that interpreter
+# (same pid) should another installation's run this file anyway.
+PYTHON, PREFIX = {python!r}, {prefix!r}
+if sys.prefix != PREFIX and os.path.isfile(PYTHON):
+    os.execv(PYTHON, [PYTHON] + sys.argv)
+from msrl_consistent.entry import main
+sys.exit(main())
+"""
+
+
+def entry_script(python: str = sys.executable, prefix: str = sys.prefix) -> str:
+    """The text of ``.msrun_entry.py``: ``msrl`` under the interpreter ``python`` (of the
+    installation ``prefix``)."""
+    return ENTRY.format(python=python, prefix=prefix)
 
 
 def find_msrun() -> str:
+    """The msrun of the running interpreter's installation (a venv's, even when it is not
+    activated), else the first on PATH."""
+    candidate = os.path.join(os.path.dirname(sys.executable), "msrun")
+    if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        return candidate
     exe = shutil.which("msrun")
     if exe is None:
-        candidate = os.path.join(os.path.dirname(sys.executable), "msrun")
-        if os.path.isfile(candidate):
-            return candidate
         raise FileNotFoundError("msrun (installed with mindspore) is not on PATH")
     return exe
 
 
-def failed_ranks(log_dir: str) -> List[dict]:
-    """Ranks whose worker log shows a Python traceback or an exit, with the last error line."""
-    out = []
+def worker_env(environ=None, python: str = sys.executable) -> dict:
+    """The environment of msrun and its workers: MSRL_WORKER set, and the directory of the
+    launching interpreter first on PATH (msrun runs `python` from PATH, which in a shell where
+    the venv is not activated is another interpreter, without msrl_consistent)."""
+    env = dict(os.environ if environ is None else environ)
+    env[WORKER_ENV] = "1"
+    bindir = os.path.dirname(os.path.abspath(python))
+    env["PATH"] = os.pathsep.join([bindir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir])
+    return env
+
+
+MSRUN_LOG = "msrun.log"
+"""msrun's own output (stdout and stderr), in the log directory beside the worker logs."""
+_MSRUN_EXIT = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _rank_pids(ranks_dir: Optional[str]) -> Dict[int, int]:
+    """pid -> rank from ranks/<rank>.json (each worker writes its pid there when it starts training)."""
+    out = {}
+    for path in glob.glob(os.path.join(ranks_dir or "", "*.json")) if ranks_dir else []:
+        try:
+            with open(path) as fh:
+                info = json.load(fh)
+            out[int(info["pid"])] = int(info["rank"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def _traceback_error(text: str) -> Optional[str]:
+    """The last error line of a worker log that holds a Python traceback, else None."""
+    if "Traceback (most recent call last)" not in text and "WorkerDied" not in text:
+        return None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[WARNING]")
+             and not ln.startswith("[INFO]")]
+    err = next((ln for ln in reversed(lines) if re.match(r"^\w*(Error|Exception|SystemExit|KeyboardInterrupt)", ln)),
+               lines[-1] if lines else "")
+    return err.strip()
+
+
+def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None) -> List[dict]:
+    """The failed ranks, the one that failed first at the head: ``{"rank", "error"}``.
+
+    msrun polls its workers and, as soon as one exits non-zero, SIGKILLs all the others, so
+    the failure is read in this order: (1) msrun's own report of the first worker it saw exit
+    (``msrun.log``: pid and exit code; the pid is mapped to the rank through
+    ``ranks_dir/<rank>.json``); (2) worker logs holding a Python traceback; (3) only when
+    neither names a rank, the scheduler's heartbeat time-out. The scheduler alone cannot tell
+    the worker that died from the ones msrun killed right after it (every one of them stops
+    sending heartbeats within about a second, and the scheduler reports whichever lapses
+    first), so it is never the first source.
+    """
+    worker_errors = {}
     for path in sorted(glob.glob(os.path.join(log_dir, "worker_*.log"))):
         m = re.search(r"worker_(\d+)\.log$", path)
-        text = open(path, "r", errors="replace").read()
-        if "Traceback (most recent call last)" in text or "WorkerDied" in text:
-            lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[WARNING]")
-                     and not ln.startswith("[INFO]")]
-            err = next((ln for ln in reversed(lines) if re.match(r"^\w*(Error|Exception|SystemExit|KeyboardInterrupt)", ln)),
-                       lines[-1] if lines else "")
-            out.append({"rank": int(m.group(1)), "error": err.strip()})
-    # A worker killed without a Python error (SIGKILL, OOM killer) leaves no traceback; the
-    # msrun scheduler reports it as timed out.
+        err = _traceback_error(open(path, "r", errors="replace").read())
+        if err is not None:
+            worker_errors[int(m.group(1))] = err
+    out = []
+    msrun_log = os.path.join(log_dir, MSRUN_LOG)
+    if os.path.isfile(msrun_log):
+        pids = _rank_pids(ranks_dir)
+        m = _MSRUN_EXIT.search(open(msrun_log, "r", errors="replace").read())
+        if m and int(m.group(1)) in pids:
+            rank, code = pids[int(m.group(1))], int(m.group(2))
+            detail = worker_errors.pop(rank, None)
+            out.append({"rank": rank, "error": f"exited first ({_exit_text(code)})" + (f": {detail}" if detail else "")})
+    out += [{"rank": r, "error": e} for r, e in sorted(worker_errors.items())]
     sched = os.path.join(log_dir, "scheduler.log")
-    if os.path.isfile(sched):
-        known = {b["rank"] for b in out}
+    if not out and os.path.isfile(sched):
         text = open(sched, "r", errors="replace").read()
-        for r in sorted({int(x) for x in re.findall(r"The node: (\d+) is timed out", text)} - known):
+        for r in sorted({int(x) for x in re.findall(r"The node: (\d+) is timed out", text)}):
             out.append({"rank": r, "error": "the worker stopped responding (killed, or crashed without a Python error)"})
     return out
 
@@ -143,16 +225,21 @@ def launch(entry_args: List[str], workers: int, run_dir: str, master_port: int) 
     os.makedirs(log_dir, exist_ok=True)
     entry = os.path.join(run_dir, ".msrun_entry.py")
     with open(entry, "w") as fh:
-        fh.write(ENTRY)
+        fh.write(entry_script())
     cmd = msrun_command(entry, entry_args, workers, master_port, log_dir, msrun=msrun)
-    env = dict(os.environ, **{WORKER_ENV: "1"})
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    msrun_log = os.path.join(log_dir, MSRUN_LOG)
+    with open(msrun_log, "w") as fh:
+        proc = subprocess.run(cmd, env=worker_env(), stdout=fh, stderr=subprocess.STDOUT)
     if proc.returncode == 0:
         return 0
-    bad = failed_ranks(log_dir)
+    bad = failed_ranks(log_dir, os.path.join(run_dir, "ranks"))
     if bad:
-        detail = "; ".join(f"rank {b['rank']} failed: {b['error']}" for b in bad)
+        # the first entry is the cause; the others are usually its consequences (a collective
+        # that lost its peer), reported as such
+        detail = "; ".join([f"rank {bad[0]['rank']} failed: {bad[0]['error']}"]
+                           + [f"rank {b['rank']} also reported: {b['error']}" for b in bad[1:]])
     else:
-        detail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"msrun exit code {proc.returncode}"
+        lines = [ln for ln in open(msrun_log, errors="replace").read().splitlines() if ln.strip()]
+        detail = lines[-1].strip() if lines else f"msrun exit code {proc.returncode}"
     print(f"msrl: error: distributed training failed: {detail} (logs: {log_dir})", file=sys.stderr)
     return 1

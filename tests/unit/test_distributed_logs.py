@@ -1,0 +1,56 @@
+"""How the launcher names a dead data-parallel worker (issue 13.10), on synthetic msrun logs.
+
+msrun polls its workers once a second and SIGKILLs all the others as soon as one exits
+non-zero; the scheduler then reports whichever worker's heartbeat lapses first, which may be
+a worker msrun killed, not the one that died. The launcher used to name the rank from that
+report, so the dead-worker test named rank 0 now and then."""
+import json
+import os
+import sys
+
+from msrl_consistent.distributed import MSRUN_LOG, entry_script, failed_ranks, worker_env
+
+
+def write_logs(tmp_path, scheduler_node, msrun_pid=4242, worker_tracebacks=None):
+    logs = tmp_path / "msrun_logs"
+    ranks = tmp_path / "ranks"
+    logs.mkdir()
+    ranks.mkdir()
+    for rank, pid in ((0, 4241), (1, 4242)):
+        (ranks / f"{rank}.json").write_text(json.dumps({"rank": rank, "world": 2, "pid": pid, "status": "running"}))
+        (logs / f"worker_{rank}.log").write_text((worker_tracebacks or {}).get(rank, ""))
+    (logs / MSRUN_LOG).write_text(
+        "Start worker process with rank id:0, log file:worker_0.log.\n"
+        f"[ERROR] ME(1:2,MainProcess):2026-01-01 [mindspore/parallel/cluster/process_entity/_api.py:365] Worker "
+        f"process {msrun_pid} exit with exception. Error code: -9.\n")
+    (logs / "scheduler.log").write_text(
+        f"[ERROR] DISTRIBUTED(1,2,python):2026 [meta_server_node.cc:548] UpdateTopoState] The node: {scheduler_node} "
+        "is timed out. It may exit with exception, please check this node's log.\n")
+    return str(logs), str(ranks)
+
+
+def test_the_worker_msrun_saw_die_is_named_not_the_scheduler_guess(tmp_path):
+    logs, ranks = write_logs(tmp_path, scheduler_node=0)  # the race outcome of the flaky run
+    bad = failed_ranks(logs, ranks)
+    assert bad == [{"rank": 1, "error": "exited first (killed by signal SIGKILL)"}]
+
+
+def test_traceback_of_the_first_dead_worker_is_its_detail(tmp_path):
+    tb = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: boom\n"
+    logs, ranks = write_logs(tmp_path, scheduler_node=0, msrun_pid=4241, worker_tracebacks={0: tb})
+    bad = failed_ranks(logs, ranks)
+    assert bad == [{"rank": 0, "error": "exited first (killed by signal SIGKILL): ValueError: boom"}]
+
+
+def test_scheduler_only_when_nothing_else_names_a_rank(tmp_path):
+    logs, _ = write_logs(tmp_path, scheduler_node=1)
+    os.remove(os.path.join(logs, MSRUN_LOG))
+    assert [b["rank"] for b in failed_ranks(logs, None)] == [1]
+
+
+def test_worker_env_and_entry_use_the_launching_interpreter():
+    env = worker_env({"PATH": "/usr/bin:/bin"}, python="/venv/bin/python")
+    assert env["PATH"].split(os.pathsep)[0] == "/venv/bin" and env["MSRL_WORKER"] == "1"
+    text = entry_script()
+    compile(text, ".msrun_entry.py", "exec")
+    assert repr(sys.executable) in text and repr(sys.prefix) in text
