@@ -10,6 +10,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from msrl_consistent import checkpoint as ckpt
+from msrl_consistent.config import dump_config
 from msrl_consistent.logging import RunLogger
 
 
@@ -37,6 +38,11 @@ class RunContext:
         self.ckpt_dir = os.path.join(run_dir, "checkpoints")
         os.makedirs(self.ckpt_dir, exist_ok=True)
         self.main = algo.dist.is_main  # rank 0 alone writes logs, metrics and checkpoints
+        config_path = os.path.join(run_dir, "config.yaml")
+        if self.main and not os.path.isfile(config_path):
+            # learn() called from Python on a fresh directory: write the resolved config too, so the
+            # directory is a complete run directory (eval, export, load_policy and --resume read it).
+            ckpt.atomic_write_text(config_path, dump_config(self.cfg))
         self.logger = RunLogger(run_dir, self.cfg.total_timesteps, self.cfg.log.tensorboard, progress,
                                 self.cfg.log.window, start_step=algo.num_timesteps, enabled=self.main)
         if algo.resumed_from:
@@ -45,6 +51,10 @@ class RunContext:
             self.write_rank_status({"rank": algo.dist.rank, "world": algo.dist.world, "pid": os.getpid(),
                                     "status": "running"})
         self.t_start = time.perf_counter()
+        self.startup_s = _process_age()
+        """Seconds from the process start to the start of the loop (imports, env and network construction)."""
+        self.first_update_s: Optional[float] = None
+        """Wall time of the first update (graph compilation included); the loops set it."""
         self.phases: Dict[str, float] = {"update": 0.0, "acting": 0.0, "env": 0.0, "eval": 0.0, "log": 0.0}
         """Seconds spent per phase of the loop (the loops add to them; summary.json reports them)."""
         self.next_eval = self._next_multiple(self.cfg.eval.freq)
@@ -131,6 +141,9 @@ class RunContext:
             "steps_per_second": round(self.logger.steps_per_second(algo.num_timesteps), 2),
             "params_sha256": algo.params_hash(),
         }
+        summary["n_updates"] = algo.n_updates
+        summary["startup_s"] = None if self.startup_s is None else round(self.startup_s, 3)
+        summary["first_update_s"] = None if self.first_update_s is None else round(self.first_update_s, 3)
         summary["phase_seconds"] = {k: round(v, 3) for k, v in self.phases.items()}
         summary["phase_seconds"]["other"] = round(wall - sum(self.phases.values()), 3)
         if algo.dist.enabled:
@@ -151,3 +164,15 @@ class RunContext:
 
     def close(self) -> None:
         self.logger.close()
+
+
+def _process_age() -> Optional[float]:
+    """Seconds since this process started (Linux /proc), or None elsewhere."""
+    try:
+        with open("/proc/self/stat") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None

@@ -22,7 +22,7 @@ from msrl_consistent.runtime import TrainCellPolicy
 
 from .mindir import write_mindir
 from .om import ATC_PRECISION_MODES, DEFAULT_PRECISION_MODE, find_atc, write_om
-from .onnx import INPUT_NAME, OUTPUT_NAME, write_onnx
+from .onnx import INPUT_NAME, OUTPUT_NAME, require_onnx, write_onnx
 
 FORMATS = ("mindir", "onnx", "om")
 GOLDEN_SEED = 20_240_601  # episodes used for the golden set are disjoint from eval seeds
@@ -96,6 +96,8 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         find_atc()  # fail before any work when CANN is missing
         if "onnx" not in formats:
             formats.append("onnx")  # ATC converts the ONNX graph
+    if "onnx" in formats:
+        require_onnx()  # fail before any work when the onnx package is missing
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)) and not force:
         raise ConfigError(f"output directory {out_dir} exists and is not empty; pass --force to replace it")
 

@@ -14,4 +14,13 @@ def write_mindir(cell, obs_dim: int, batch, out_path: str) -> str:
     ms.export(cell, Tensor(shape=shape, dtype=ms.float32), file_name=out_path[: -len(".mindir")], file_format="MINDIR")
     if not os.path.isfile(out_path):  # pragma: no cover - MindSpore writes the file or raises
         raise RuntimeError(f"mindspore.export did not write {out_path}")
+    # mindspore.export leaves the file owner-read-only (0400); give it the mode of every other
+    # file of the export (0666 less the umask), so a copy read by another user works.
+    os.chmod(out_path, 0o666 & ~_umask())
     return out_path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -10,8 +10,15 @@ import os
 
 import numpy as np
 
+from msrl_consistent.optional import ONNX_INSTALL, require
+
 INPUT_NAME = "obs"
 OUTPUT_NAME = "action"
+
+
+def require_onnx():
+    """The onnx package, or MissingOptionalPackage (exit 2) saying how to install it."""
+    return require("onnx", "--format onnx", ONNX_INSTALL)
 
 
 def write_onnx(cell, obs_dim: int, batch: int, out_path: str) -> dict:
@@ -34,10 +41,7 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str) -> dict:
     if not os.path.isfile(out_path):  # pragma: no cover
         raise RuntimeError(f"ONNX export did not write {out_path}")
     info = {"batch": int(batch), "input": INPUT_NAME}
-    try:
-        import onnx
-    except ImportError:
-        raise RuntimeError("--format onnx needs the onnx package: pip install onnx (or pip install -e .[onnx])") from None
+    onnx = require_onnx()
     model = onnx.load(out_path)
     old = model.graph.output[0].name
     if old != OUTPUT_NAME:

@@ -1,4 +1,4 @@
-"""`msrl train|eval|export|verify`.
+"""`msrl train|eval|export|verify|replay|plot|configs`.
 
 Config and usage errors print ``msrl: error: ...`` and exit 2 without a traceback.
 """
@@ -8,11 +8,12 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import List, Optional
 
+from . import __version__
 from .checkpoint import CheckpointError
 from .config import ConfigError
+from .optional import MissingOptionalPackage
 
 EXIT_USAGE = 2
 _WRITE_ERRNOS = {1, 13, 28, 30, 122}  # EPERM, EACCES, ENOSPC, EROFS, EDQUOT
@@ -27,32 +28,25 @@ def _quiet_mindspore_logs() -> None:
     os.environ.setdefault("GLOG_v", "3")
 
 
-def default_run_dir(cfg) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{cfg.algorithm}-{cfg.env.id}-seed{cfg.seed}-{stamp}")
-
-
 def cmd_train(args) -> int:
     from . import registry
     from .checkpoint import atomic_write_text
-    from .config import dump_config, load_config
+    from .config import dump_config
     from .distributed import WORKER_ENV, init_if_worker
+    from .training import default_run_dir, resolve
 
     if args.resume:
         return _resume(args)
     if not args.config:
-        raise UsageError("msrl train needs a CONFIG file (or --resume RUN_DIR)")
+        raise UsageError("msrl train needs a CONFIG file or shipped config name (see `msrl configs`), "
+                         "or --resume RUN_DIR")
     if args.workers < 1:
         raise UsageError(f"--workers {args.workers}: expected a positive number of workers")
     worker = bool(os.environ.get(WORKER_ENV))
     overrides = list(args.set or [])
-    if args.seed is not None:
-        overrides.append(f"seed={args.seed}")
-    if args.total_timesteps is not None:
-        overrides.append(f"total_timesteps={args.total_timesteps}")
     if args.device is not None:
         overrides.append(f"device={args.device}")
-    cfg = load_config(args.config, overrides)
+    cfg = resolve(args.config, args.seed, args.total_timesteps, overrides)
     if args.workers > 1 and cfg.algorithm != "ppo":
         raise UsageError(f"--workers applies to PPO only for now (config has algorithm {cfg.algorithm!r})")
     run_dir = args.run_dir or default_run_dir(cfg)
@@ -128,8 +122,13 @@ def cmd_eval(args) -> int:
     from .runtime import is_export_dir, load_policy
 
     path = args.path
+    if not os.path.isdir(path):
+        raise UsageError(f"no such run or export directory: {path}")
     if is_export_dir(path):
         backend = args.backend or "mindspore"
+    elif not os.path.isfile(os.path.join(path, "config.yaml")):
+        raise UsageError(f"{path} is neither a run directory (no config.yaml) nor an export directory "
+                         f"(no manifest.json)")
     else:
         if args.backend not in (None, "train"):
             raise UsageError(f"{path} is a run directory: only --backend train applies (got {args.backend!r})")
@@ -231,13 +230,46 @@ def cmd_replay(args) -> int:
     return 0 if r["passed"] else 1
 
 
+def cmd_configs(args) -> int:
+    import yaml
+
+    from .config import shipped_configs
+
+    rows = []
+    for name, path in shipped_configs().items():
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+        rows.append({"name": name, "algorithm": data.get("algorithm", "?"), "env": (data.get("env") or {}).get("id", "?"),
+                     "total_timesteps": data.get("total_timesteps", "?"), "path": path})
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    head = ("name", "algorithm", "env", "total_timesteps")
+    widths = [max(len(h), *(len(str(r[h])) for r in rows)) for h in head]
+    for r in [dict(zip(head, head))] + rows:
+        print("  ".join(str(r[h]).ljust(w) for h, w in zip(head, widths)).rstrip())
+    print("train one with: msrl train NAME (for example msrl train ppo/CartPole-v1)")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .plot import plot_runs
+
+    groups = plot_runs(args.run_dirs, args.out, x=args.x, metric=args.metric, title=args.title)
+    runs = sum(len(g.curves) for g in groups)
+    print(f"msrl: plotted {runs} run(s) in {len(groups)} group(s) -> {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="msrl", description="MindSpore RL with train-inference consistency")
+    p.add_argument("--version", action="version", version=f"msrl-consistent {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     t = sub.add_parser("train", help="train an agent from a YAML config")
-    t.add_argument("config", nargs="?", help="YAML config file (see configs/)")
+    t.add_argument("config", nargs="?", help="YAML config file, or the name of a shipped config such as "
+                                              "ppo/CartPole-v1 (list them with `msrl configs`)")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest intact checkpoint")
     t.add_argument("--workers", type=int, default=1, help="data-parallel workers launched through msrun (PPO)")
     t.add_argument("--master-port", type=int, default=8118, help="msrun master port (with --workers)")
@@ -300,6 +332,19 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--atol", type=float, help="tolerance (default 0 for mindspore-vs-training-cell fp32, else 1e-5)")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=cmd_replay)
+
+    pl = sub.add_parser("plot", help="learning curves of runs; seeds of one config as a mean +- std band")
+    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    pl.add_argument("--out", default="learning-curves.png", help="image file to write (default learning-curves.png)")
+    pl.add_argument("--x", default="steps", choices=["steps", "time"], help="x axis: environment steps or wall time")
+    pl.add_argument("--metric", default="eval", choices=["eval", "train"],
+                    help="eval: periodic evaluation mean return; train: mean return of recent training episodes")
+    pl.add_argument("--title", help="plot title (default: the algorithms and environments)")
+    pl.set_defaults(func=cmd_plot)
+
+    c = sub.add_parser("configs", help="list the shipped configs (usable by name: msrl train ppo/CartPole-v1)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_configs)
     return p
 
 
@@ -309,7 +354,8 @@ def _usage_errors():
 
     from .manifest import IntegrityError
     from .runtime import BackendUnavailable
-    return (ConfigError, UsageError, CheckpointError, BackendUnavailable, IntegrityError, AtcUnavailable)
+    return (ConfigError, UsageError, CheckpointError, MissingOptionalPackage, BackendUnavailable, IntegrityError,
+            AtcUnavailable)
 
 
 def _sigterm(signum, frame):

@@ -273,6 +273,43 @@ def validate_values(obj: Any, where: str, prefix: str = "") -> None:
 # --------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------
+SHIPPED_PACKAGE = "msrl_consistent.configs"
+"""The tuned configs ship as package data: ``<algorithm>/<env id>.yaml`` in this package."""
+
+
+def shipped_configs() -> Dict[str, str]:
+    """The shipped configs: name (``ppo/CartPole-v1``) -> file path, sorted by name."""
+    from importlib import resources
+
+    root = resources.files(SHIPPED_PACKAGE)
+    out = {}
+    for algo in sorted(root.iterdir(), key=lambda p: p.name):
+        if not algo.is_dir():
+            continue
+        for f in sorted(algo.iterdir(), key=lambda p: p.name):
+            if f.name.endswith(".yaml"):
+                out[f"{algo.name}/{f.name[:-len('.yaml')]}"] = str(f)
+    return out
+
+
+def resolve_config(name_or_path: str) -> str:
+    """A config file path: ``name_or_path`` itself when it exists, else the shipped config of
+    that name (``ppo/CartPole-v1``; a ``configs/`` prefix and a ``.yaml`` suffix are accepted,
+    so the README's ``configs/ppo/CartPole-v1.yaml`` works outside the source tree too)."""
+    if os.path.exists(name_or_path):
+        return name_or_path
+    name = name_or_path.replace(os.sep, "/")
+    name = name[len("configs/"):] if name.startswith("configs/") else name
+    name = name[:-len(".yaml")] if name.endswith(".yaml") else name
+    shipped = shipped_configs()
+    if name in shipped:
+        return shipped[name]
+    close = difflib.get_close_matches(name, list(shipped), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ConfigError(f"config file not found: {name_or_path}, and no shipped config has that name{hint}; "
+                      f"shipped configs: {', '.join(shipped)}")
+
+
 def read_yaml(path: str) -> Dict[str, Any]:
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
@@ -319,8 +356,11 @@ def apply_overrides(data: Dict[str, Any], overrides: List[str], where: str = "--
 
 
 def load_config(path: Optional[str], overrides: Optional[List[str]] = None, data: Optional[Dict[str, Any]] = None) -> Config:
-    """Read, override and validate a config. Raises ConfigError with the file and key named."""
+    """Read, override and validate a config: ``path`` is a YAML file or the name of a shipped
+    config (``ppo/CartPole-v1``, see :func:`shipped_configs`). Raises ConfigError with the file
+    and key named."""
     if data is None:
+        path = resolve_config(path)
         data = read_yaml(path)
     where = path or "<config>"
     if overrides:

@@ -26,7 +26,12 @@ def configure_mindspore(device: str = "CPU") -> None:
     try:
         ms.set_device(device)
     except (RuntimeError, ValueError) as exc:
-        raise RuntimeError(f"MindSpore cannot use device {device!r}: {exc}") from None
+        # Once any MindSpore op has run (a library user's own code), the runtime is initialized
+        # and set_device refuses every call, even for the device already in use: that is fine.
+        current = ms.get_context("device_target")
+        if current != device:
+            raise RuntimeError(f"MindSpore cannot use device {device!r} (the runtime already runs on "
+                               f"{current!r}): {exc}") from None
     ms.set_deterministic(True)
     _CONFIGURED["device"] = device
 

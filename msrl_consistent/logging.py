@@ -65,6 +65,10 @@ class RunLogger:
     def progress(self, step: int) -> None:
         if self.bar is None:
             return
+        if self.bar.total is not None and step > self.bar.total:
+            # The last rollout can overshoot total_timesteps (whole vector steps); tqdm drops a
+            # total that n exceeds, so the bar's total becomes the real step count.
+            self.bar.total = step
         self.bar.update(step - self._bar_step)
         self._bar_step = step
         mr = self.mean_return()

@@ -25,6 +25,7 @@ import numpy as np
 from .config import ConfigError, EnvConfig
 from .envs import SpaceSpec
 from .manifest import is_export_dir, read_manifest
+from .optional import ONNX_INSTALL, MissingOptionalPackage, require
 
 BACKENDS = ("train", "mindspore", "onnxruntime", "lite")
 CROSS_RUNTIME_ATOL = 1e-5
@@ -33,8 +34,8 @@ LITE_ASCEND_PRECISION_MODES = ("enforce_fp32", "preferred_fp32", "enforce_fp16",
 LITE_CPU_PRECISION_MODES = ("enforce_fp32", "preferred_fp16")
 
 
-class BackendUnavailable(RuntimeError):
-    """An optional backend package is not installed (the message names it)."""
+class BackendUnavailable(MissingOptionalPackage):
+    """An optional backend package is not installed (the message names it and how to install it)."""
 
 
 def default_atol(backend: str, precision: str = "fp32", against: str = "train") -> float:
@@ -190,8 +191,9 @@ class ExportedPolicy(Policy):
     def artifact(self, name: str) -> str:
         path = os.path.join(self.export_dir, name)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{self.export_dir} has no {name} (exported formats: "
-                                    f"{', '.join(self.manifest.export.formats)})")
+            hint = "; export again with --format mindir,onnx" if name.endswith(".onnx") else ""
+            raise ConfigError(f"{self.export_dir} has no {name} (exported formats: "
+                              f"{', '.join(self.manifest.export.formats)}){hint}")
         return path
 
 
@@ -219,10 +221,9 @@ class OnnxRuntimePolicy(ExportedPolicy):
     def __init__(self, export_dir: str, threads: int = 1):
         super().__init__(export_dir)
         try:
-            import onnxruntime as ort
-        except ImportError:
-            raise BackendUnavailable("backend 'onnxruntime' needs the onnxruntime package: "
-                                     "pip install onnxruntime (or pip install -e .[onnx])") from None
+            ort = require("onnxruntime", "backend 'onnxruntime'", ONNX_INSTALL)
+        except MissingOptionalPackage as exc:
+            raise BackendUnavailable(str(exc)) from None
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1

@@ -18,3 +18,24 @@ def train_run(tmp_root, config, overrides, name):
     algo = registry.get(cfg.algorithm)(cfg)
     summary = algo.learn(run_dir, progress=False)
     return run_dir, summary, algo
+
+
+def hide_modules(tmp_root, *names):
+    """An environment for a subprocess in which ``import NAME`` fails as if NAME were not
+    installed (a package of that name raising ModuleNotFoundError, first on PYTHONPATH)."""
+    hidden = os.path.join(str(tmp_root), "hidden-modules")
+    for name in names:
+        os.makedirs(os.path.join(hidden, name), exist_ok=True)
+        with open(os.path.join(hidden, name, "__init__.py"), "w") as fh:
+            fh.write(f"raise ModuleNotFoundError(\"No module named '{name}' (hidden by the test)\")\n")
+    env = dict(os.environ, GLOG_v="3")
+    env["PYTHONPATH"] = os.pathsep.join([hidden] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def msrl(*args, cwd=None, env=None, timeout=600):
+    """``python -m msrl_consistent ARGS`` in a subprocess (the installed command as a user runs it)."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "msrl_consistent", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, env=env or dict(os.environ, GLOG_v="3"), timeout=timeout)
