@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from typing import List, Optional
 
@@ -50,9 +51,11 @@ def cmd_train(args) -> int:
     if args.workers > 1 and cfg.algorithm != "ppo":
         raise UsageError(f"--workers applies to PPO only for now (config has algorithm {cfg.algorithm!r})")
     run_dir = args.run_dir or default_run_dir(cfg)
+    created = False
     if not worker:
         if os.path.isdir(run_dir) and os.listdir(run_dir):
             raise UsageError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
+        created = not os.path.isdir(run_dir)
         os.makedirs(run_dir, exist_ok=True)
         atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
         if args.workers > 1:
@@ -69,7 +72,14 @@ def cmd_train(args) -> int:
         from .determinism import configure_mindspore
         configure_mindspore(cfg.device)  # the device must be set before communication.init()
         init_if_worker()
-    algo = registry.get(cfg.algorithm)(cfg)
+    try:
+        algo = registry.get(cfg.algorithm)(cfg)
+    except BaseException:
+        # Nothing was trained (say, the environment's package is missing): leave no run directory
+        # behind, so the same command works once the cause is fixed.
+        if created and os.listdir(run_dir) == ["config.yaml"]:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
                                              f"{cfg.total_timesteps} steps) -> {run_dir}")
 

@@ -83,3 +83,13 @@ def test_train_by_name_from_a_directory_without_configs(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.load(open(tmp_path / "run" / "summary.json"))
     assert summary["env"] == "CartPole-v1" and summary["num_timesteps"] >= 512
+
+
+def test_missing_environment_package_leaves_no_run_directory(tmp_path):
+    # The same command must work once the package is installed (not "run directory exists").
+    r = msrl("train", "ppo/InvertedPendulum-v5", "--total-timesteps", "512", "--run-dir", "run", "--quiet",
+             cwd=tmp_path, env=hide_modules(tmp_path, "mujoco"))
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.startswith("msrl: error:") and "mujoco" in r.stderr and "pip install" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "run").exists()
