@@ -81,6 +81,8 @@ class OnPolicyAlgorithm(Algorithm):
                     self.obs_rms.update(self.dist.allgather(buf.obs))
                 buf.compute(self.values_of(obs), self.gamma, self.gae_lambda)
                 stats = self.train(buf)
+                if run.first_update_s is None:
+                    run.first_update_s = clock() - t0
                 # New statistics take effect after the update: frozen during a rollout and its update.
                 self.sync_normalizer()
                 self.iterations += 1

@@ -3,9 +3,12 @@
     pip install -e ".[bench]"     # torch 2.13.0 (CPU wheel on this disk) + stable-baselines3
     python benchmarks/offpolicy_pendulum.py --env Pendulum-v1 --steps 20000 --seeds 0
     python benchmarks/offpolicy_pendulum.py --env HalfCheetah-v5 --steps 50000 --seeds 0
+    python benchmarks/offpolicy_pendulum.py --steps 5000 --learning-starts 100    # the short comparison
 
-Each training runs in its own process, one after the other (SB3 with 1 torch thread). Wall
-time is the training process's whole life (imports and graph compilation included);
+Each training runs in its own process, one after the other; SB3 once with 1 torch thread and
+once with torch's default thread count (--sb3-threads 1 0), and the ratio is quoted against
+the faster of the two. Wall time is the training process's whole life (imports and graph
+compilation included);
 steps/s is steps / training time as each framework reports it. The eval return is the mean
 over 10 deterministic episodes seeded 1000..1009, the same seeds for both frameworks. The
 hyperparameters are read from msrl's configs/<algo>/<env>.yaml and given to SB3.
@@ -22,13 +25,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str) -> None:
+def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str, threads: int, learning_starts: int) -> None:
     import gymnasium as gym
     import numpy as np
     import torch
     import yaml
 
-    torch.set_num_threads(1)
+    if threads > 0:
+        torch.set_num_threads(threads)
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.noise import NormalActionNoise
 
@@ -36,8 +40,9 @@ def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str) -> None:
     a = cfg["algo"]
     env = gym.make(env_id)
     net = cfg["policy"]["net_arch"]
+    starts = int(a["learning_starts"]) if learning_starts < 0 else learning_starts
     common = dict(learning_rate=float(a["learning_rate"]), buffer_size=int(a["buffer_size"]),
-                  learning_starts=int(a["learning_starts"]), batch_size=int(a["batch_size"]), tau=float(a["tau"]),
+                  learning_starts=starts, batch_size=int(a["batch_size"]), tau=float(a["tau"]),
                   gamma=float(a["gamma"]), seed=seed, verbose=0, device="cpu",
                   policy_kwargs={"net_arch": net})
     if algo == "sac":
@@ -68,14 +73,16 @@ def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str) -> None:
             done = term or trunc
         returns.append(ret)
     json.dump({"train_s": train_s, "steps_per_s": steps / train_s, "mean_return": float(np.mean(returns)),
-               "returns": returns}, open(out, "w"))
+               "returns": returns, "threads": torch.get_num_threads()}, open(out, "w"))
 
 
-def run_msrl(algo, env_id, steps, seed, work):
+def run_msrl(algo, env_id, steps, seed, work, learning_starts):
     run = os.path.join(work, f"msrl-{algo}-{env_id}-{seed}")
     cmd = [sys.executable, "-m", "msrl_consistent", "train", os.path.join(ROOT, "configs", algo, f"{env_id}.yaml"),
            "--seed", str(seed), "--total-timesteps", str(steps), "--run-dir", run, "--quiet", "--set", "eval.freq=0",
            "--set", "eval.episodes=1"]
+    if learning_starts >= 0:
+        cmd += ["--set", f"algo.learning_starts={learning_starts}"]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=dict(os.environ, GLOG_v="3"))
     wall = time.perf_counter() - t0
@@ -87,34 +94,41 @@ def run_msrl(algo, env_id, steps, seed, work):
             "mean_return": ev["mean_return"]}
 
 
-def run_sb3(algo, env_id, steps, seed, work):
-    out = os.path.join(work, f"sb3-{algo}-{env_id}-{seed}.json")
+def run_sb3(algo, env_id, steps, seed, work, threads, learning_starts):
+    out = os.path.join(work, f"sb3-{algo}-{env_id}-{seed}-t{threads}.json")
+    env = dict(os.environ, OMP_NUM_THREADS="1") if threads == 1 else dict(os.environ)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--sb3-worker", algo, env_id, str(steps), str(seed), out], check=True,
-                   env=dict(os.environ, OMP_NUM_THREADS="1"))
+    subprocess.run([sys.executable, __file__, "--sb3-worker", algo, env_id, str(steps), str(seed), out, str(threads),
+                    str(learning_starts)], check=True, env=env)
     wall = time.perf_counter() - t0
     r = json.load(open(out))
-    return {"framework": "sb3", "algo": algo, "seed": seed, "wall_s": wall, "steps_per_s": r["steps_per_s"],
-            "mean_return": r["mean_return"]}
+    return {"framework": f"sb3 ({r['threads']} thread{'s' if r['threads'] > 1 else ''})", "algo": algo, "seed": seed,
+            "wall_s": wall, "steps_per_s": r["steps_per_s"], "mean_return": r["mean_return"]}
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--sb3-worker":
-        _, _, algo, env_id, steps, seed, out = sys.argv
-        return sb3_worker(algo, env_id, int(steps), int(seed), out)
+        _, _, algo, env_id, steps, seed, out, threads, learning_starts = sys.argv
+        return sb3_worker(algo, env_id, int(steps), int(seed), out, int(threads), int(learning_starts))
     p = argparse.ArgumentParser()
     p.add_argument("--env", default="Pendulum-v1")
     p.add_argument("--steps", type=int, default=20000)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--algos", nargs="+", default=["sac", "td3"])
+    p.add_argument("--sb3-threads", type=int, nargs="+", default=[1, 0],
+                   help="torch thread counts for SB3 (0: torch's default)")
+    p.add_argument("--learning-starts", type=int, default=-1, help="override learning_starts on both sides")
     p.add_argument("--workdir")
     args = p.parse_args()
     work = args.workdir or tempfile.mkdtemp(prefix="msrl-offpolicy-")
     rows = []
     for algo in args.algos:
         for seed in args.seeds:
-            for fn in (run_msrl, run_sb3):
-                rows.append(fn(algo, args.env, args.steps, seed, work))
+            for threads in [None] + list(args.sb3_threads):  # None: msrl
+                if threads is None:
+                    rows.append(run_msrl(algo, args.env, args.steps, seed, work, args.learning_starts))
+                else:
+                    rows.append(run_sb3(algo, args.env, args.steps, seed, work, threads, args.learning_starts))
                 print(json.dumps(rows[-1]), flush=True)
     print(f"\n{args.env}, {args.steps} steps\n")
     print("| algo | seed | framework | wall time (s) | steps/s | eval mean return (10 ep) |")
@@ -125,9 +139,11 @@ def main():
     for algo in args.algos:
         for seed in args.seeds:
             m = next(r for r in rows if r["algo"] == algo and r["seed"] == seed and r["framework"] == "msrl")
-            s = next(r for r in rows if r["algo"] == algo and r["seed"] == seed and r["framework"] == "sb3")
-            print(f"\n{algo} seed {seed}: msrl/SB3 steps/s ratio {m['steps_per_s'] / s['steps_per_s']:.2f}, "
-                  f"wall-time ratio {s['wall_s'] / m['wall_s']:.2f}")
+            sb3 = [r for r in rows if r["algo"] == algo and r["seed"] == seed and r["framework"].startswith("sb3")]
+            best = min(sb3, key=lambda r: r["wall_s"])
+            print(f"\n{algo} seed {seed}: faster SB3 setting {best['framework']}; msrl wall / SB3 wall "
+                  f"{m['wall_s'] / best['wall_s']:.2f} (SB3 / msrl {best['wall_s'] / m['wall_s']:.2f}), "
+                  f"steps/s ratio msrl/SB3 {m['steps_per_s'] / best['steps_per_s']:.2f}")
 
 
 if __name__ == "__main__":

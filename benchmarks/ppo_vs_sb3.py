@@ -143,10 +143,23 @@ def run_msrl(args, seed, work):
     r = {"side": "msrl", "seed": seed, "wall_s": wall, "run_dir": run_dir, "train_s": s.get("wall_time_s"),
          "steps": s.get("num_timesteps"), "steps_per_second": s.get("steps_per_second"),
          "params_sha256": s.get("params_sha256"), "mean_return": s.get("final_eval", {}).get("mean_return")}
-    for k in ("phase_seconds", "startup_s"):
+    for k in ("phase_seconds", "startup_s", "first_update_s", "n_updates"):
         if k in s:
             r[k] = s[k]
+    n_envs = int(cfg_get(args.config, "env", "n_envs", 1))
+    ph = s.get("phase_seconds") or {}
+    if s.get("n_updates") and s.get("first_update_s") is not None and "update" in ph:
+        c = load_cfg(args.config)["algo"]
+        first_mbs = int(c.get("n_epochs", 10)) * -(-int(c.get("n_steps", 2048)) * n_envs // int(c.get("batch_size", 64)))
+        later = max(s["n_updates"] - first_mbs, 1)  # the first phase includes graph compilation
+        r["update_ms_per_minibatch"] = (ph["update"] - s["first_update_s"]) / later * 1e3
+    if "acting" in ph and s.get("num_timesteps"):
+        r["acting_ms_per_vector_step"] = ph["acting"] / (s["num_timesteps"] / n_envs) * 1e3
     return r
+
+
+def cfg_get(path, section, key, default):
+    return (load_cfg(path).get(section) or {}).get(key, default)
 
 
 def fmt(v, nd=1):
@@ -213,13 +226,16 @@ def main():
     if phased:
         keys = ["update", "acting", "eval", "env", "other"]
         keys += sorted({k for r in phased for k in (r.get("phase_seconds") or {})} - set(keys))
-        print("\nmsrl phases (s, summary.json):\n")
-        print("| seed | rep | startup_s | " + " | ".join(keys) + " |")
-        print("|" + " --- |" * (len(keys) + 3))
+        print("\nmsrl phases (s, summary.json; startup = process start to the loop, first update includes "
+              "graph compilation; per-minibatch and per-step costs exclude the first update):\n")
+        print("| seed | rep | startup | first update | " + " | ".join(keys)
+              + " | update ms/minibatch | acting ms/vector step |")
+        print("|" + " --- |" * (len(keys) + 6))
         for r in phased:
             ph = r.get("phase_seconds") or {}
-            print(f"| {r['seed']} | {r['repeat']} | {fmt(r.get('startup_s'))} | "
-                  + " | ".join(fmt(ph.get(k)) for k in keys) + " |")
+            print(f"| {r['seed']} | {r['repeat']} | {fmt(r.get('startup_s'))} | {fmt(r.get('first_update_s'))} | "
+                  + " | ".join(fmt(ph.get(k)) for k in keys)
+                  + f" | {fmt(r.get('update_ms_per_minibatch'), 2)} | {fmt(r.get('acting_ms_per_vector_step'), 3)} |")
     else:
         print("\n(msrl summary.json has no phase_seconds/startup_s yet: no phase breakdown)")
     ratios = [g["ratio"] for g in groups]

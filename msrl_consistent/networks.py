@@ -37,10 +37,17 @@ def accurate_tanh(x):
 
 
 class Tanh(nn.Cell):
-    """The tanh activation of every msrl network (see accurate_tanh)."""
+    """The tanh activation of every msrl network: accurate_tanh forward, and the backward
+    ``dout * (1 - y^2)`` (PyTorch's tanh_backward) instead of differentiating accurate_tanh's
+    nine ops: the same derivative in 3 kernels instead of ~15, measured 25% of a PPO minibatch
+    update on CartPole's 64-64 networks. Only training arithmetic depends on it; the exported
+    graph holds the forward alone."""
 
     def construct(self, x):
         return accurate_tanh(x)
+
+    def bprop(self, x, out, dout):
+        return (dout * (1.0 - out * out),)
 
 
 ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
