@@ -138,7 +138,10 @@ class Algorithm:
             for k, p in opt.parameters_and_names():
                 key = f"optim/{oname}/{k}"
                 if key in tensors:
-                    p.set_data(Tensor(tensors[key]))
+                    arr = np.asarray(tensors[key])
+                    if arr.shape != tuple(p.shape) and arr.size == int(np.prod(p.shape)):
+                        arr = arr.reshape(p.shape)  # scalars (learning rate, beta powers) are stored with shape (1,)
+                    p.set_data(Tensor(arr))
         c = meta.get("counters", {})
         self.num_timesteps = int(c.get("num_timesteps", 0))
         self.iterations = int(c.get("iterations", 0))

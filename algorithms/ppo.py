@@ -63,7 +63,8 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     """Global gradient-norm clipping."""
     target_kl: Optional[float] = None
-    """Stop the epochs of an update once a minibatch's approx. KL exceeds 1.5 * target_kl (None: never)."""
+    """Early stop as SB3: the first minibatch whose approx. KL (before its step) exceeds 1.5 * target_kl
+    is not applied and ends the update phase (None: never)."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
 
@@ -158,7 +159,7 @@ class PPOLoss(nn.Cell):
         else:
             log_prob = gaussian_log_prob(out, self.agent.log_std, actions)
             entropy = gaussian_entropy(self.agent.log_std)
-        if self.normalize_advantage:
+        if self.normalize_advantage and advantages.shape[0] > 1:  # SB3 skips it for a 1-sample minibatch
             n = advantages.shape[0]
             centered = advantages - advantages.mean()
             std = ops.sqrt((centered * centered).sum() / (n - 1))  # unbiased, as torch.std
@@ -184,7 +185,9 @@ class PPOTrainStep(nn.Cell):
     clipping and the Adam step -> the stats of STAT_NAMES, shape (7,).
 
     The clipping is ``ops.clip_by_global_norm``'s arithmetic (the same ops in the same order)
-    with the norm computed once and reported as grad_norm."""
+    with the norm computed once and reported as grad_norm. target_kl as Stable-Baselines3: the
+    approx KL is computed by the forward pass, before the step; above ``kl_threshold`` the step
+    is not applied (data parallel: the ranks' mean KL decides, the same on every rank)."""
 
     def __init__(self, loss: PPOLoss, optimizer: nn.Optimizer, max_grad_norm: float, world: int = 1):
         super().__init__()
@@ -195,15 +198,20 @@ class PPOTrainStep(nn.Cell):
         self.distributed = world > 1
         if self.distributed:
             self.reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=world)
+            self.all_reduce = ops.AllReduce()
+            self.world = float(world)
 
-    def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
+    def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf,
+                  kl_threshold):
         (loss, pg, vl, ent, kl, cf), grads = self.grad_fn(obs, actions, old_log_prob, advantages, returns,
                                                           old_values, clip_range, clip_range_vf)
         if self.distributed:
             grads = self.reducer(grads)
+            kl = self.all_reduce(kl) / self.world
         norm = ops.sqrt(ops.addn([ops.expand_dims(ops.ReduceSum(False)(ops.square(g), ()), 0) for g in grads]))
-        scale = ops.select(norm >= self.clip_norm, norm, self.clip_norm)
-        self.optimizer(tuple(g * self.clip_norm / scale for g in grads))
+        if kl <= kl_threshold:
+            scale = ops.select(norm >= self.clip_norm, norm, self.clip_norm)
+            self.optimizer(tuple(g * self.clip_norm / scale for g in grads))
         return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
 
 
@@ -219,8 +227,8 @@ class PPOUpdatePhase(nn.Cell):
     PPOTrainStep (a Python range would unroll); a Tensor ``if`` chooses the full-size or the
     tail-size step, each with its own static shapes, so every minibatch runs exactly the graph
     the per-minibatch loop runs (parameters bit-identical, tested). With target_kl, the
-    minibatch whose approx KL exceeds the threshold is applied and the phase stops after it.
-    Returns (stats (minibatches, 7), minibatches run); rows past the stop are zero.
+    minibatch whose approx KL exceeds the threshold is not applied and ends the phase.
+    Returns (stats (minibatches, 7), minibatches evaluated); rows past the stop are zero.
     """
 
     def __init__(self, step: PPOTrainStep, n_epochs: int, rollout: int, batch_size: int):
@@ -232,10 +240,11 @@ class PPOUpdatePhase(nn.Cell):
         self.per_epoch_all = self.per_epoch + (1 if self.ragged else 0)
         self.total = n_epochs * self.per_epoch_all
 
-    def minibatch(self, b, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
+    def minibatch(self, b, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf,
+                  kl_threshold):
         return self.step(ops.gather(obs, b, 0), ops.gather(actions, b, 0), ops.gather(old_log_prob, b, 0),
                          ops.gather(advantages, b, 0), ops.gather(returns, b, 0), ops.gather(old_values, b, 0),
-                         clip_range, clip_range_vf)
+                         clip_range, clip_range_vf, kl_threshold)
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, full, tail,
                   learning_rate, clip_range, clip_range_vf, kl_threshold):
@@ -250,16 +259,16 @@ class PPOUpdatePhase(nn.Cell):
             if self.ragged:  # a constant: only one of the two bodies is compiled
                 if p < self.per_epoch:
                     s = self.minibatch(full[e * self.per_epoch + p], obs, actions, old_log_prob, advantages, returns,
-                                       old_values, clip_range, clip_range_vf)
+                                       old_values, clip_range, clip_range_vf, kl_threshold)
                 else:
                     s = self.minibatch(tail[e], obs, actions, old_log_prob, advantages, returns, old_values,
-                                       clip_range, clip_range_vf)
+                                       clip_range, clip_range_vf, kl_threshold)
                 last = p == self.per_epoch
                 e = ops.select(last, e + 1, e)
                 p = ops.select(last, p * 0, p + 1)
             else:
                 s = self.minibatch(full[k], obs, actions, old_log_prob, advantages, returns, old_values,
-                                   clip_range, clip_range_vf)
+                                   clip_range, clip_range_vf, kl_threshold)
             stats = ops.tensor_scatter_update(stats, k.reshape((1, 1)), s.reshape((1, 7)))
             n_run = k + 1
             k = ops.select(s[4] > kl_threshold, k * 0 + self.total, k + 1)
@@ -267,9 +276,8 @@ class PPOUpdatePhase(nn.Cell):
 
 
 def kl_threshold(target_kl: Optional[float]) -> float:
-    """The float32 t with ``kl > t`` exactly when ``float(kl) > 1.5 * target_kl`` in float64 (the
-    per-minibatch loop's test) for every float32 kl: 1.5 * target_kl rounded toward -inf.
-    +inf without target_kl (never stop)."""
+    """The float32 t with ``kl > t`` exactly when ``float(kl) > 1.5 * target_kl`` in float64 (SB3's
+    test) for every float32 kl: 1.5 * target_kl rounded toward -inf. +inf without target_kl."""
     if target_kl is None:
         return math.inf
     thr = 1.5 * float(target_kl)
@@ -357,6 +365,7 @@ class PPO(OnPolicyAlgorithm):
             Tensor(clip, ms.float32), Tensor(c.clip_range_vf or 0.0, ms.float32),
             Tensor(kl_threshold(c.target_kl), ms.float32))
         n_run = int(n_run.asnumpy())
+        stats = stats.asnumpy()[:n_run]
         epochs = (n_run - 1) // self.phase_cell.per_epoch_all + 1
         if epochs < c.n_epochs:
             # target_kl stopped the phase: the per-minibatch loop draws only the permutations of the
@@ -364,15 +373,19 @@ class PPO(OnPolicyAlgorithm):
             self.rng.bit_generator.state = rng_state
             for _ in range(epochs):
                 self.rng.permutation(n)
-        self.n_updates += n_run
-        return stats.asnumpy()[:n_run], epochs
+        stopped = c.target_kl is not None and stats[-1, 4] > kl_threshold(c.target_kl)
+        self.n_updates += n_run - int(stopped)  # optimizer steps applied
+        return stats, epochs
 
     def _train_per_minibatch(self, data, lr: float, clip: float):
         """One graph call per minibatch (data-parallel runs); returns (stats rows, epochs run)."""
         c: PPOConfig = self.cfg.algo
-        self.optimizer.learning_rate.set_data(Tensor(lr, ms.float32))
+        # in place: the step graph has control flow (target_kl), which does not see a set_data
+        self.optimizer.learning_rate.copy_(Tensor(lr, ms.float32))
         clip_t = Tensor(clip, ms.float32)
         clip_vf_t = Tensor(c.clip_range_vf or 0.0, ms.float32)
+        threshold = kl_threshold(c.target_kl)
+        kl_t = Tensor(threshold, ms.float32)
         n = data["obs"].shape[0]
         stats = []
         for epoch in range(c.n_epochs):
@@ -381,10 +394,11 @@ class PPO(OnPolicyAlgorithm):
                 idx = perm[start:start + c.batch_size]
                 s = self.step_cell(Tensor(data["obs"][idx]), Tensor(data["actions"][idx]),
                                    Tensor(data["log_probs"][idx]), Tensor(data["advantages"][idx]),
-                                   Tensor(data["returns"][idx]), Tensor(data["values"][idx]), clip_t, clip_vf_t).asnumpy()
+                                   Tensor(data["returns"][idx]), Tensor(data["values"][idx]), clip_t, clip_vf_t,
+                                   kl_t).asnumpy()
                 stats.append(s)
-                self.n_updates += 1
-                # every rank must take the same decision (the update is a collective)
-                if c.target_kl is not None and float(self.dist.allgather(np.array([s[4]])).mean()) > 1.5 * c.target_kl:
+                # s[4] is the ranks' mean approx KL: every rank takes the same decision
+                if s[4] > threshold:  # the step was not applied; the phase ends (SB3's target_kl)
                     return np.stack(stats), epoch + 1
+                self.n_updates += 1
         return np.stack(stats), c.n_epochs

@@ -67,3 +67,34 @@ def test_fast_call_path_is_active_on_the_pinned_mindspore():
     assert f(x).asnumpy().tolist() == [0.0, 2.0, 4.0]  # compiles through Cell.__call__
     assert len(f._phases) == 1  # ... and the next call goes to the compiled graph directly
     assert f(x + 1).asnumpy().tolist() == [2.0, 4.0, 6.0]
+
+
+def test_one_sample_minibatch_is_not_normalized(tmp_path):
+    # 3 envs x 7 steps, batch 4: every epoch ends with a 1-sample minibatch, whose advantage
+    # std (n - 1 = 0) was NaN and stopped the run as non-finite; SB3 skips the normalization
+    cfg = load_config(os.path.join(CONFIGS, "ppo/CartPole-v1.yaml"),
+                      ["env.n_envs=3", "algo.n_steps=7", "algo.batch_size=4", "algo.n_epochs=2", "total_timesteps=84",
+                       "eval.freq=0", "eval.episodes=1", "log.tensorboard=false"])
+    for fused in (True, False):
+        algo = registry.get("ppo")(cfg)
+        algo.fused = fused
+        summary = algo.learn(str(tmp_path / f"r{fused}"), progress=False)
+        assert summary["num_timesteps"] == 84
+        assert all(np.all(np.isfinite(v)) for v in algo.parameters().values())
+
+
+def test_target_kl_does_not_apply_the_minibatch_that_exceeds_it(tmp_path):
+    # The first minibatch of a phase has ratio 1 (KL 0) and is applied; the second one's KL
+    # exceeds the tiny threshold: SB3 computes the KL before the step and skips that step.
+    cfg = load_config(os.path.join(CONFIGS, "ppo/CartPole-v1.yaml"),
+                      ["algo.batch_size=64", "algo.target_kl=1e-9", "algo.lr_schedule=constant", "total_timesteps=768", "eval.freq=0",
+                       "eval.episodes=1", "log.tensorboard=false"])
+    for fused in (True, False):
+        algo = registry.get("ppo")(cfg)
+        algo.fused = fused
+        epochs = []
+        train = algo.train
+        algo.train = lambda buf, train=train, epochs=epochs: epochs.append(train(buf)["epochs"]) or {"loss": 0.0}
+        algo.learn(str(tmp_path / f"kl{fused}"), progress=False)
+        assert epochs == [1, 1, 1]
+        assert algo.n_updates == 3  # one applied step per phase, not two
