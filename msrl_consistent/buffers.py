@@ -94,9 +94,11 @@ class ReplayBuffer:
     ``memory_lean=True`` does not keep next observations twice: ``next_obs[i]`` is read
     from ``obs[i + n_envs]`` (the next row of the same env). The next observations that
     differ from it are kept apart: the true final observation of an ended episode (a small
-    side table keyed by slot) and the next observation of the newest row, which has no
-    successor row yet (``pending_next``, n_envs rows). Both modes therefore hold the same
-    transitions and, given the same Generator state, return identical samples.
+    side table keyed by slot; ``ended`` marks the rows whose next observation is there), the
+    next observation of the newest row, which has no successor row yet (``pending_next``,
+    n_envs rows), and, after a load (resume: the envs are reseeded), the newest row's next
+    observations, moved to the side table. Both modes therefore hold the same transitions and,
+    given the same Generator state, return identical samples.
     """
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, n_envs: int = 1, memory_lean: bool = False):
@@ -208,6 +210,7 @@ class ReplayBuffer:
             self.final_obs = {int(k): np.array(nxt[k], np.float32) for k in np.nonzero(self.ended[:n])[0]}
             newest = (self.pos - self.n_envs) % self.capacity
             self.pending_next[...] = nxt[newest:newest + self.n_envs]
+            self._detach_newest_row()
             return
         if self.next_obs is not None:
             if "next_obs" in d:
@@ -224,3 +227,17 @@ class ReplayBuffer:
                     self.next_obs[int(k)] = v
         if self.pending_next is not None and "pending_next" in d:
             self.pending_next[...] = d["pending_next"]
+        if self.memory_lean:
+            self._detach_newest_row()
+
+    def _detach_newest_row(self) -> None:
+        """After a load (a resumed run), the next row is written from reseeded environments, so it
+        is not the successor of the newest stored row: keep that row's true next observations
+        (``pending_next``) in the side table, as for an ended episode."""
+        if self.size == 0:
+            return
+        newest = (self.pos - self.n_envs) % self.capacity
+        for i in range(self.n_envs):
+            if not self.ended[newest + i]:
+                self.final_obs[newest + i] = np.array(self.pending_next[i], np.float32)
+                self.ended[newest + i] = True

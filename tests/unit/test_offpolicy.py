@@ -247,3 +247,20 @@ def test_configs_load(path):
         load_config(os.path.join(CONFIGS, path), ["algo.tau=0"])
     with pytest.raises(ConfigError, match="algo.gradient_steps"):
         load_config(os.path.join(CONFIGS, path), ["algo.gradient_steps=0"])
+
+
+@pytest.mark.parametrize("saved_lean", [True, False])
+def test_lean_buffer_resume_keeps_the_newest_rows_next_obs(saved_lean):
+    # a 5-step stream obs t -> next t + 1; the run is checkpointed and resumed, its env reseeded:
+    # the first row after the resume holds the reset observation -99, not the successor of step 4
+    src = ReplayBuffer(100, 1, 1, n_envs=1, memory_lean=saved_lean)
+    for t in range(5):
+        src.add(np.array([[t]]), np.array([[t + 1]]), np.zeros((1, 1)), np.zeros(1), [False], [False])
+    for lean in (True, False):
+        buf = ReplayBuffer(100, 1, 1, n_envs=1, memory_lean=lean)
+        buf.load(src.state())
+        buf.add(np.array([[-99.0]]), np.array([[-98.0]]), np.zeros((1, 1)), np.zeros(1), [False], [False])
+        b = buf.sample(64, np.random.default_rng(0))
+        pairs = {(float(o), float(n)) for o, n in zip(b["obs"][:, 0], b["next_obs"][:, 0])}
+        assert (4.0, 5.0) in pairs and (4.0, -99.0) not in pairs
+        assert pairs <= {(t, t + 1.0) for t in range(5)} | {(-99.0, -98.0)}
