@@ -27,6 +27,7 @@ from msrl_consistent.distributions import (
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks import MLP, Agent, Chain, dense
 from msrl_consistent.normalization import ObsNormalizer
+from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value
 from .on_policy import OnPolicyAlgorithm
@@ -66,7 +67,7 @@ class PPOConfig:
     """Early stop as SB3: the first minibatch whose approx. KL (before its step) exceeds 1.5 * target_kl
     is not applied and ends the update phase (None: never)."""
     adam_eps: float = 1e-5
-    """Adam epsilon."""
+    """Adam epsilon, added to the bias-corrected sqrt(v) as in PyTorch (msrl_consistent.optim.Adam)."""
 
     checks: ClassVar[Dict[str, Check]] = {
         "learning_rate": POSITIVE, "n_steps": POSITIVE, "batch_size": POSITIVE, "n_epochs": POSITIVE,
@@ -322,7 +323,7 @@ class PPO(OnPolicyAlgorithm):
             raise ConfigError("key 'algo.batch_size' must be >= 2 when algo.normalize_advantage is true")
         self.rollout_cell = PPORollout(self.agent)
         self.value_cell = ValueCell(self.agent)
-        self.optimizer = nn.Adam(self.agent.trainable_params(), learning_rate=c.learning_rate, eps=c.adam_eps)
+        self.optimizer = Adam(self.agent.trainable_params(), learning_rate=c.learning_rate, eps=c.adam_eps)
         self.optimizers = {"adam": self.optimizer}
         self.step_cell = PPOTrainStep(PPOLoss(self.agent, c), self.optimizer, c.max_grad_norm, self.dist.world)
         # One graph call per update phase; data-parallel runs keep one call per minibatch (their

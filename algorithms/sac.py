@@ -21,18 +21,9 @@ from mindspore import Parameter, Tensor, nn, ops
 
 from msrl_consistent.config import POSITIVE, Check
 from msrl_consistent.distributions import tanh_gaussian_log_prob
-from msrl_consistent.networks import (
-    MLP,
-    Agent,
-    Chain,
-    QNetwork,
-    ScaleToBox,
-    accurate_tanh,
-    dense,
-    frozen_copy,
-    require_box,
-)
+from msrl_consistent.networks import MLP, Agent, Chain, QNetwork, ScaleToBox, Tanh, accurate_tanh, dense, frozen_copy, require_box
 from msrl_consistent.normalization import ObsNormalizer
+from msrl_consistent.optim import Adam
 
 from .algorithm import register
 from .cells import TwinCriticLoss, polyak, twin_critic_params
@@ -108,8 +99,8 @@ class SACAct(nn.Cell):
 
     The normalized action a = tanh(u) in [-1, 1] is what the replay buffer stores; the env
     action is TanhScaleHead's mapping of the same u (computed from a: one tanh evaluation).
-    The losses use MindSpore's Tanh kernel (within 1e-4 of the exact value; cheaper to
-    differentiate than accurate_tanh)."""
+    The losses use the same accurate tanh (networks.Tanh: accurate_tanh forward, 1 - y^2
+    backward), so the critics are trained on the actions the exported policy produces."""
 
     def __init__(self, agent: SACAgent):
         super().__init__()
@@ -131,10 +122,11 @@ class ActorLoss(nn.Cell):
         super().__init__()
         self.agent = agent
         self.sampler = SquashedGaussian(agent)
+        self.tanh = Tanh()
 
     def construct(self, x, noise, alpha):
         u, log_prob = self.sampler(x, noise)
-        a = ops.tanh(u)
+        a = self.tanh(u)
         q = ops.minimum(self.agent.q1(x, a), self.agent.q2(x, a))
         return (alpha * log_prob - q).mean(), ops.stop_gradient(log_prob)
 
@@ -154,6 +146,7 @@ class SACTrainStep(nn.Cell):
         self.agent = agent
         self.layout = layout
         self.sampler = SquashedGaussian(agent)
+        self.tanh = Tanh()
         self.critic_opt, self.actor_opt, self.alpha_opt = critic_opt, actor_opt, alpha_opt
         self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 0.5), None, critic_opt.parameters, has_aux=True)
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters, has_aux=True)
@@ -172,7 +165,7 @@ class SACTrainStep(nn.Cell):
         alpha = ops.stop_gradient(ops.exp(self.agent.log_alpha))
         # Soft TD target from the target critics: r + gamma * (1 - terminated) * (min Q'(s', a') - alpha log pi(a'|s'))
         un, logp_next = self.sampler(xn, eps_next)
-        an = ops.tanh(un)
+        an = self.tanh(un)
         q_next = ops.minimum(self.agent.q1_target(xn, an), self.agent.q2_target(xn, an)) - alpha * logp_next
         y = ops.stop_gradient(rewards + self.gamma * (1.0 - terminated) * q_next)
         (critic_loss, q_mean), grads = self.critic_grad(x, actions, y)
@@ -203,12 +196,12 @@ class SAC(OffPolicyAlgorithm):
         agent: SACAgent = self.agent
         self.target_entropy = float(c.target_entropy if c.target_entropy is not None else -self.spec.n_actions)
         actor_params = list(agent.actor.trainable_params()) + list(agent.log_std_head.trainable_params())
-        self.critic_opt = nn.Adam(twin_critic_params(agent), learning_rate=c.learning_rate)
-        self.actor_opt = nn.Adam(actor_params, learning_rate=c.learning_rate)
+        self.critic_opt = Adam(twin_critic_params(agent), learning_rate=c.learning_rate)
+        self.actor_opt = Adam(actor_params, learning_rate=c.learning_rate)
         self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
         self.alpha_opt = None
         if c.auto_ent_coef:
-            self.alpha_opt = nn.Adam([agent.log_alpha], learning_rate=c.learning_rate)
+            self.alpha_opt = Adam([agent.log_alpha], learning_rate=c.learning_rate)
             self.optimizers["alpha"] = self.alpha_opt
         else:
             agent.log_alpha.requires_grad = False

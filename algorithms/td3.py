@@ -22,8 +22,9 @@ import numpy as np
 from mindspore import nn, ops
 
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, Check
-from msrl_consistent.networks import MLP, Agent, QNetwork, ScaleToBox, accurate_tanh, frozen_copy, require_box
+from msrl_consistent.networks import MLP, Agent, QNetwork, ScaleToBox, Tanh, accurate_tanh, frozen_copy, require_box
 from msrl_consistent.normalization import ObsNormalizer
+from msrl_consistent.optim import Adam
 
 from .algorithm import register
 from .cells import TwinCriticLoss, polyak, twin_critic_params
@@ -100,10 +101,11 @@ class TargetPolicySmoothing(nn.Cell):
     def __init__(self, sigma: float, noise_clip: float):
         super().__init__()
         self.sigma, self.noise_clip = float(sigma), float(noise_clip)
+        self.tanh = Tanh()
 
     def construct(self, u, eps):
         noise = ops.clip_by_value(self.sigma * eps, -self.noise_clip, self.noise_clip)
-        return ops.clip_by_value(ops.tanh(u) + noise, -1.0, 1.0)
+        return ops.clip_by_value(self.tanh(u) + noise, -1.0, 1.0)
 
 
 class ActorLoss(nn.Cell):
@@ -112,9 +114,10 @@ class ActorLoss(nn.Cell):
     def __init__(self, agent):
         super().__init__()
         self.agent = agent
+        self.tanh = Tanh()
 
     def construct(self, x):
-        return -self.agent.q1(x, ops.tanh(self.agent.actor(x))).mean()
+        return -self.agent.q1(x, self.tanh(self.agent.actor(x))).mean()
 
 
 class TD3CriticStep(nn.Cell):
@@ -180,8 +183,8 @@ class TD3(OffPolicyAlgorithm):
     def build(self) -> None:
         c: TD3Config = self.cfg.algo
         agent: TD3Agent = self.agent
-        self.critic_opt = nn.Adam(twin_critic_params(agent), learning_rate=c.learning_rate)
-        self.actor_opt = nn.Adam(list(agent.actor.trainable_params()), learning_rate=c.learning_rate)
+        self.critic_opt = Adam(twin_critic_params(agent), learning_rate=c.learning_rate)
+        self.actor_opt = Adam(list(agent.actor.trainable_params()), learning_rate=c.learning_rate)
         self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
         self.act_cell = TD3Act(agent, c.action_noise_sigma)
         self.noise_columns = self.spec.n_actions  # target policy smoothing
