@@ -10,7 +10,7 @@ import numpy as np
 from mindspore import Tensor, nn
 
 from msrl_consistent.buffers import ReplayBuffer
-from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check
+from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check, ConfigError
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 
@@ -122,6 +122,12 @@ class OffPolicyAlgorithm(Algorithm):
     noise_columns: int = 0
     layout: BatchLayout
     """Set by ``build`` (``self.layout = self.batch_layout()``, after ``noise_columns``) and given to the update cells."""
+
+    def __init__(self, cfg):
+        if cfg.env.normalize_reward:
+            raise ConfigError(f"key 'env.normalize_reward' applies to ppo; {cfg.algorithm} learns from the raw "
+                              f"rewards (set it to false)")
+        super().__init__(cfg)
 
     def batch_layout(self) -> BatchLayout:
         """The packed batch of this algorithm (its update cells unpack it with the same object's construct)."""

@@ -4,6 +4,7 @@ GAE, then run the algorithm's ``train`` on the rollout."""
 from __future__ import annotations
 
 import time
+from typing import Dict, Optional
 
 import numpy as np
 from mindspore import Tensor, nn
@@ -11,6 +12,7 @@ from mindspore import Tensor, nn
 from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
+from msrl_consistent.normalization import RewardNormalizer
 
 from .algorithm import Algorithm
 from .run import RunContext
@@ -37,6 +39,23 @@ class OnPolicyAlgorithm(Algorithm):
     def values_of(self, obs: np.ndarray) -> np.ndarray:
         return self._value_fn(Tensor(np.asarray(obs, np.float32))).asnumpy()
 
+    reward_norm: Optional[RewardNormalizer] = None
+
+    def extra_state(self) -> Dict[str, np.ndarray]:
+        if self.reward_norm is None:
+            return {}
+        return {f"host/ret_rms/{k}": v for k, v in self.reward_norm.state().items()}
+
+    def load_extra_state(self, tensors: Dict[str, np.ndarray]) -> None:
+        if self.cfg.env.normalize_reward and "host/ret_rms/mean" in tensors:
+            self._reward_normalizer(self.cfg.env.n_envs).load(
+                {k: tensors[f"host/ret_rms/{k}"] for k in ("mean", "var", "count")})
+
+    def _reward_normalizer(self, n_envs: int) -> RewardNormalizer:
+        if self.reward_norm is None:
+            self.reward_norm = RewardNormalizer(n_envs, self.gamma, self.cfg.env.normalize_reward_clip)
+        return self.reward_norm
+
     def learn_loop(self, run: RunContext) -> None:
         cfg = self.cfg
         self._rollout_fn = FastCall(self.rollout_cell)
@@ -49,6 +68,10 @@ class OnPolicyAlgorithm(Algorithm):
         obs = seed_vec_env(venv, self.env_seed())
         ep_ret = np.zeros(n_envs, np.float64)
         ep_len = np.zeros(n_envs, np.int64)
+        reward_norm = self._reward_normalizer(n_envs) if cfg.env.normalize_reward else None
+        if reward_norm is not None:
+            reward_norm.returns = np.zeros(n_envs, np.float64)  # (re)seeded envs start new episodes
+            rollout_returns = np.zeros((self.n_steps, n_envs), np.float64)
         phases = run.phases
         clock = time.perf_counter
         try:
@@ -61,7 +84,10 @@ class OnPolicyAlgorithm(Algorithm):
                     t1 = clock()
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
                     t2 = clock()
-                    buf.add(obs, a, logp.asnumpy(), v.asnumpy(), rew, term, trunc)
+                    stored = rew
+                    if reward_norm is not None:
+                        stored, rollout_returns[t] = reward_norm.step(rew, term | trunc)
+                    buf.add(obs, a, logp.asnumpy(), v.asnumpy(), stored, term, trunc)
                     if np.any(trunc):
                         idx = np.nonzero(trunc & ~term)[0]
                         if idx.size:
@@ -79,6 +105,8 @@ class OnPolicyAlgorithm(Algorithm):
                 t0 = clock()
                 if self.obs_rms is not None:  # every rank's rollout, merged in rank order
                     self.obs_rms.update(self.dist.allgather(buf.obs))
+                if reward_norm is not None:
+                    reward_norm.rms.update(self.dist.allgather(rollout_returns).reshape(-1))
                 buf.compute(self.values_of(obs), self.gamma, self.gae_lambda)
                 stats = self.train(buf)
                 if run.first_update_s is None:

@@ -56,11 +56,15 @@ class EnvConfig:
     """Keep a running mean/std of observations inside the policy cell (exported with it)."""
     normalize_obs_clip: float = 10.0
     """Clip normalized observations to [-clip, clip]."""
+    normalize_reward: bool = False
+    """PPO: scale rewards by the running std of the discounted return (SB3's VecNormalize norm_reward; host-side, not exported)."""
+    normalize_reward_clip: float = 10.0
+    """Clip scaled rewards to [-clip, clip]."""
     max_episode_steps: Optional[int] = None
     """Override the environment's time limit (None keeps the registered one)."""
 
     checks: ClassVar[Dict[str, Check]] = {"n_envs": POSITIVE, "normalize_obs_clip": POSITIVE,
-                                          "max_episode_steps": POSITIVE}
+                                          "normalize_reward_clip": POSITIVE, "max_episode_steps": POSITIVE}
 
 
 @dataclass

@@ -39,6 +39,36 @@ class RunningMeanStd:
         self.count = float(np.asarray(state["count"]).ravel()[0])
 
 
+class RewardNormalizer:
+    """Reward scaling as Stable-Baselines3's VecNormalize(norm_reward=True): rewards are divided
+    by the standard deviation of the discounted return ``R <- gamma * R + r`` (reset at episode
+    ends) and clipped to [-clip, clip]. Host-side only: the policy cell and so the export never
+    see it (a deployed policy acts on observations, not rewards).
+
+    The statistics are frozen during a rollout and updated afterwards with the rollout's
+    returns (every rank's, merged in rank order), as the observation statistics are; SB3
+    updates them at every step of one process."""
+
+    def __init__(self, n_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        self.rms = RunningMeanStd(())
+        self.gamma, self.clip, self.eps = float(gamma), float(clip), float(eps)
+        self.returns = np.zeros(n_envs, np.float64)
+
+    def step(self, rewards: np.ndarray, dones: np.ndarray) -> tuple:
+        """(scaled rewards as float32, the discounted returns after this step) for one vector step."""
+        self.returns = self.returns * self.gamma + rewards
+        ret = self.returns.copy()
+        self.returns[np.asarray(dones, bool)] = 0.0
+        scaled = np.clip(rewards / np.sqrt(self.rms.var + self.eps), -self.clip, self.clip)
+        return scaled.astype(np.float32), ret
+
+    def state(self) -> dict:
+        return self.rms.state()
+
+    def load(self, state: dict) -> None:
+        self.rms.load(state)
+
+
 class ObsNormalizer(nn.Cell):
     """``clip((obs - mean) / sqrt(var + eps), -clip, clip)``; identity when disabled."""
 
