@@ -131,6 +131,8 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
                     "always sets context.ascend.precision_mode (default enforce_fp32)",
             "default_precision_mode": "enforce_fp32"}
 
+        write_bundle(tmp)
+
         obs, counts = golden_observations(reference, golden)
         actions = reference.act_at_batch(obs, golden_batch)
         with open(os.path.join(tmp, "golden.npz"), "wb") as fh:
@@ -174,6 +176,16 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def write_bundle(directory: str) -> str:
+    """Copy msrl_consistent/deploy.py into the export as policy.py: with NumPy and a backend library,
+    the directory loads and checks itself (``python policy.py check``) without this package."""
+    from msrl_consistent import deploy
+    src = deploy.__file__
+    dst = os.path.join(directory, deploy.BUNDLE_FILE)
+    shutil.copyfile(src, dst)
+    return dst
 
 
 def _post_processing(spec, squash: bool, raw: bool) -> str:

@@ -19,7 +19,7 @@ from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
 from msrl_consistent.determinism import file_sha256
 from msrl_consistent.episodes import run_episodes
-from msrl_consistent.manifest import IntegrityError, check_integrity, read_manifest
+from msrl_consistent.manifest import IntegrityError, read_manifest
 from msrl_consistent.recording import read_trace
 from msrl_consistent.runtime import default_atol, load_policy
 
@@ -39,15 +39,14 @@ def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optio
            write_report: bool = True) -> dict:
     if against not in AGAINST:
         raise ConfigError(f"--against {against!r}: expected one of {', '.join(AGAINST)}")
-    manifest = read_manifest(export_dir)
-    check_integrity(export_dir, manifest)
+    manifest = read_manifest(export_dir)  # validates the directory (deploy.open_export): names, hashes, golden set
+    reference = load_policy(export_dir, backend=against)  # a broken model file is refused before the trace is read
     trace = read_trace(trace_path)
     meta = trace["meta"]
     msha = file_sha256(os.path.join(export_dir, "manifest.json"))
     if meta.get("manifest_sha256") != msha:
         raise IntegrityError(f"{trace_path} was recorded from another artifact (manifest sha256 "
                              f"{meta.get('manifest_sha256')!r}, {export_dir}/manifest.json is {msha})")
-    reference = load_policy(export_dir, backend=against)
     obs, rec = trace["obs"], trace["actions"]
     ref = recompute(reference, obs, trace["call_sizes"])
     precision = manifest.export.precision

@@ -23,36 +23,12 @@ from typing import Optional
 import numpy as np
 
 from msrl_consistent.checkpoint import atomic_write_text
+from msrl_consistent.deploy import compare_actions, golden_check  # noqa: F401  (compare_actions: public here too)
 from msrl_consistent.episodes import run_episodes
-from msrl_consistent.manifest import check_integrity, read_manifest
+from msrl_consistent.manifest import read_manifest
 from msrl_consistent.runtime import TrainCellPolicy, default_atol, load_policy
 
 FP16_MAX_RETURN_DROP = 0.05
-
-
-def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: float) -> dict:
-    pred = np.asarray(pred)
-    ref = np.asarray(ref)
-    if pred.shape != ref.shape:
-        return {"shape_mismatch": True, "pred_shape": list(pred.shape), "ref_shape": list(ref.shape),
-                "passed": False, "first_mismatch": 0}
-    out = {"count": int(len(ref))}
-    if discrete:
-        equal = pred.astype(np.int64) == ref.astype(np.int64)
-        out["agreement"] = float(equal.mean())
-        bad = np.nonzero(~equal)[0]
-        out["first_mismatch"] = int(bad[0]) if bad.size else None
-        out["passed"] = bool(equal.all())
-        out["bit_identical"] = bool(np.array_equal(pred, ref) and pred.dtype == ref.dtype)
-        return out
-    err = np.abs(pred.astype(np.float64) - ref.astype(np.float64))
-    rel = err / np.maximum(np.abs(ref.astype(np.float64)), 1e-8)
-    row_err = err.reshape(len(err), -1).max(axis=1)
-    bad = np.nonzero(row_err > atol)[0]
-    out.update({"max_abs_error": float(err.max()), "mean_abs_error": float(err.mean()),
-                "max_rel_error": float(rel.max()), "bit_identical": bool(np.array_equal(pred, ref)),
-                "first_mismatch": int(bad[0]) if bad.size else None, "passed": bool(bad.size == 0)})
-    return out
 
 
 def _first_divergence(a: dict, b: dict) -> Optional[int]:
@@ -99,19 +75,16 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
                   atol: Optional[float] = None, write_report: bool = True, **backend_kwargs) -> dict:
     """Run every check; returns the report (``report["passed"]``). Raises IntegrityError /
     ConfigError for exit-2 conditions."""
-    manifest = read_manifest(export_dir)
-    hashes = check_integrity(export_dir, manifest)
+    manifest = read_manifest(export_dir)  # validates the directory (deploy.open_export): names, hashes, golden set
     precision = manifest.export.precision
     atol = default_atol(backend) if atol is None else float(atol)
     policy = load_policy(export_dir, backend=backend, **backend_kwargs)
     discrete = policy.spec.discrete
-    with np.load(os.path.join(export_dir, "golden.npz"), allow_pickle=False) as g:
-        g_obs, g_act = g["obs"], g["actions"]
-    batch = int(manifest.golden.batch)
-    pred = policy.act_at_batch(g_obs, batch)
-    golden = compare_actions(pred, g_act, discrete, atol)
-    golden["batch"] = batch
-    if manifest.export.dynamic and backend != "onnxruntime" and not golden.get("shape_mismatch"):
+    export = policy.export
+    hashes = export.files
+    g_obs, g_act = export.golden()
+    golden = golden_check(policy, export, atol)
+    if policy.fixed_batch is None and not golden.get("output_mismatch"):
         # Batch sensitivity: the whole set in one call against the recorded batch-1 actions.
         whole = policy.run_batched(policy.validate(g_obs))
         sens = compare_actions(whole, g_act, discrete, 0.0)
@@ -121,12 +94,9 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
     report = {"export_dir": os.path.abspath(export_dir), "backend": backend, "precision": precision,
               "atol": atol, "integrity": {"checked": sorted(hashes), "passed": True}, "golden": golden}
     src_run = manifest.source.run_dir
-    if golden.get("shape_mismatch") or pred.dtype.kind != g_act.dtype.kind:
+    if golden.get("output_mismatch"):
         # The artifact does not even return environment actions (e.g. logits instead of an
         # index): nothing to roll out.
-        golden["passed"] = False
-        golden["output_mismatch"] = (f"artifact returns {pred.dtype} {list(pred.shape)}, the training cell "
-                                     f"{g_act.dtype} {list(g_act.shape)}")
         report["rollouts"] = None
         report["rollouts_skipped"] = "the artifact's output is not an environment action: " + golden["output_mismatch"]
     elif episodes > 0 and os.path.isdir(src_run):

@@ -145,8 +145,12 @@ def cmd_eval(args) -> int:
         backend = "train"
     if args.record_limit < 1:
         raise UsageError(f"--record-limit {args.record_limit}: expected a positive number of observations")
+    if args.guard and backend == "train":
+        raise UsageError("--guard applies to export directories (a deployed artifact), not to the training cell")
+    fallback = None if args.fallback == "none" else args.fallback
     policy = load_policy(path, backend=backend, device=args.device_id, checkpoint=args.checkpoint,
-                         record=args.record, record_limit=args.record_limit)
+                         record=args.record, record_limit=args.record_limit, guard=args.guard,
+                         fallback=fallback, latency_budget_ms=args.latency_budget_ms)
     env_cfg = policy.env_config()
     seed = args.seed if args.seed is not None else 0
     rec = policy.recorder
@@ -171,12 +175,19 @@ def cmd_eval(args) -> int:
         "returns": [float(r) for r in res["returns"]], "lengths": res["lengths"],
         "latency_us": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)), "calls": int(lat.size)},
     }
+    if policy.guard is not None:
+        out["guard"] = policy.guard_stats()
     if args.json:
         print(json.dumps(out))
     else:
         print(f"{env_cfg.id} [{backend}] {args.episodes} episodes (seed {seed}): mean return "
               f"{out['mean_return']:.2f} +- {out['std_return']:.2f}; per-call latency p50 "
               f"{out['latency_us']['p50']:.0f} us, p99 {out['latency_us']['p99']:.0f} us")
+        if "guard" in out:
+            g = out["guard"]
+            bad = ", ".join(f"{k} {v}" for k, v in g["violations"].items() if v) or "none"
+            print(f"  guard: {g['calls']} calls, violations: {bad}; {g['fallbacks']} answered by the fallback "
+                  f"({g['fallback_backend'] or 'none'})")
     return 0
 
 
@@ -296,8 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=int, default=10)
     e.add_argument("--seed", type=int, help="episode i is seeded with seed + i (default 0)")
     e.add_argument("--checkpoint", help="checkpoint file (run directories; default: the final/latest one)")
-    e.add_argument("--backend", choices=["train", "mindspore", "onnxruntime", "lite"],
+    e.add_argument("--backend", choices=["train", "mindspore", "onnxruntime", "lite", "om"],
                    help="export directories: the runtime to use (default mindspore)")
+    e.add_argument("--guard", action="store_true",
+                   help="export directories: check every action (finite, inside the action space) and time it; "
+                        "a violation or a backend error is answered by the fallback backend and counted")
+    e.add_argument("--fallback", default="auto", choices=["auto", "none", "mindspore", "onnxruntime"],
+                   help="with --guard: the fallback backend (auto: the other of onnxruntime/mindspore in the export)")
+    e.add_argument("--latency-budget-ms", type=float, help="with --guard: count calls slower than this")
     e.add_argument("--device-id", type=int, default=0, help="lite backend on Ascend: device id")
     e.add_argument("--record", metavar="PATH", help="write every observation and action to the trace PATH (.npz)")
     e.add_argument("--record-limit", type=int, default=100_000, help="at most this many observations in the trace")
@@ -325,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check an export against the training cell")
     v.add_argument("export_dir")
-    v.add_argument("--backend", default="mindspore", choices=["mindspore", "onnxruntime", "lite"])
+    v.add_argument("--backend", default="mindspore", choices=["mindspore", "onnxruntime", "lite", "om"])
     v.add_argument("--episodes", type=int, default=20, help="seeded rollouts side by side (0: none)")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--atol", type=float, help="tolerance (default: 0 for mindspore, 1e-5 otherwise)")
@@ -362,10 +379,11 @@ def _usage_errors():
     """Exceptions reported as `msrl: error: ...` with exit 2 (no traceback)."""
     from msrl_consistent.export.om import AtcUnavailable
 
+    from .deploy import ExportError, GuardError
     from .manifest import IntegrityError
     from .runtime import BackendUnavailable
     return (ConfigError, UsageError, CheckpointError, MissingOptionalPackage, BackendUnavailable, IntegrityError,
-            AtcUnavailable)
+            ExportError, GuardError, AtcUnavailable)
 
 
 def _sigterm(signum, frame):
@@ -387,7 +405,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return int(args.func(args) or 0)
     except _usage_errors() as exc:
-        print(f"msrl: error: {exc}", file=sys.stderr)
+        msg = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"msrl: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
         if exc.errno in _WRITE_ERRNOS:

@@ -6,7 +6,12 @@ runtime, ``msrl verify``, ``msrl replay``, the exporter) uses :class:`Manifest`'
 Schema version 1 fields (all required unless marked): schema_version, created, msrl_version,
 versions, algorithm, env_id, env, spaces, source, export, io, files, golden, and the optional
 precision_sweep. ``files`` maps each artifact file name to its sha256; every command that
-reads an export checks them before anything runs (:func:`check_integrity`).
+reads an export checks them before anything runs.
+
+The validation that every command reading an export goes through first (file names inside the
+directory, hashes, mutual consistency of the fields, golden set headers, declared sizes) lives in
+:mod:`msrl_consistent.deploy` (:func:`~msrl_consistent.deploy.open_export`), which also ships
+inside each export as policy.py; :func:`read_manifest` runs it before building the dataclass.
 """
 from __future__ import annotations
 
@@ -19,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from .config import ConfigError
-from .determinism import file_sha256
+from .deploy import ExportError, open_export, read_manifest_json
 
 SCHEMA_VERSION = 1
 FILE_NAME = "manifest.json"
 
 
-class IntegrityError(RuntimeError):
+class IntegrityError(ExportError):
     """An export directory does not match its manifest, or the manifest is malformed (exit 2)."""
 
 
@@ -119,8 +124,11 @@ class Manifest:
         return SpaceSpec.from_json(self.spaces)
 
     def env_config(self):
-        from .config import EnvConfig
-        return EnvConfig(**self.env)
+        from .config import EnvConfig, build_dataclass
+        try:
+            return build_dataclass(EnvConfig, self.env, FILE_NAME, "env.")
+        except ConfigError as exc:
+            raise IntegrityError(str(exc)) from None
 
 
 _JSON_TYPES = {int: (int,), str: (str,), float: (int, float), bool: (bool,)}
@@ -184,37 +192,25 @@ def is_export_dir(path: str) -> bool:
     return os.path.isfile(manifest_path(path))
 
 
-def read_manifest(export_dir: str) -> Manifest:
-    """Read and validate manifest.json; unknown schema versions, missing fields and wrong types are errors."""
-    path = manifest_path(export_dir)
-    if not os.path.isfile(path):
+def read_manifest(export_dir: str, hashes: bool = True, golden: bool = True) -> Manifest:
+    """Validate the export directory (:func:`msrl_consistent.deploy.open_export`: names, hashes,
+    consistency, golden set) and read manifest.json; every failure is an ExportError (exit 2)."""
+    if not os.path.isdir(export_dir) or not os.path.lexists(manifest_path(export_dir)):
         raise ConfigError(f"{export_dir} is not an export directory (no {FILE_NAME})")
     try:
-        with open(path, "r", encoding="utf-8") as fh:
-            d = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise IntegrityError(f"{path} is not valid JSON: {exc}") from None
-    return Manifest.from_json(d, path)
+        d = read_manifest_json(export_dir)
+        manifest = Manifest.from_json(d, manifest_path(export_dir))
+        open_export(export_dir, hashes=hashes, golden=golden, manifest=d)
+    except IntegrityError:
+        raise
+    except ExportError as exc:
+        raise IntegrityError(str(exc)) from None
+    return manifest
 
 
 def write_manifest(directory: str, manifest: Manifest) -> None:
     from .checkpoint import atomic_write_text
     atomic_write_text(manifest_path(directory), json.dumps(manifest.to_json(), indent=2) + "\n")
-
-
-def check_integrity(export_dir: str, manifest: Manifest) -> Dict[str, str]:
-    """sha256 of every file listed in the manifest; a missing or changed file raises IntegrityError."""
-    checked = {}
-    for name, expected in sorted(manifest.files.items()):
-        path = os.path.join(export_dir, name)
-        if not os.path.isfile(path):
-            raise IntegrityError(f"{name}: listed in {FILE_NAME} but missing from {export_dir}")
-        actual = file_sha256(path)
-        if actual != expected:
-            raise IntegrityError(f"{name}: sha256 {actual} does not match the manifest's {expected} "
-                                 f"(the file was modified or corrupted after export)")
-        checked[name] = actual
-    return checked
 
 
 def versions() -> Dict[str, str]:

@@ -43,6 +43,8 @@ class TraceRecorder:
         self.stored = 0
         self.dropped = 0
         self._closed = False
+        self.extra_meta = None
+        """Optional callable returning more metadata at flush time (the guard's counters)."""
         atexit.register(self.close)
 
     def record(self, obs: np.ndarray, actions: np.ndarray) -> None:
@@ -76,6 +78,8 @@ class TraceRecorder:
             out["rewards"] = np.asarray(self._rewards, np.float64)
             out["dones"] = np.asarray(self._dones, bool)
         meta = dict(self.meta, stored=self.stored, dropped=self.dropped, episodes=self.episodes)
+        if self.extra_meta is not None:
+            meta.update(self.extra_meta())
         out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         return out
 
