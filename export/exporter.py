@@ -122,7 +122,8 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         conversion = export_info.conversion
         write_mindir(cell, spec.obs_dim, batch, os.path.join(tmp, "actor.mindir"))
         if "onnx" in formats:
-            export_info.onnx = write_onnx(cell, spec.obs_dim, golden_batch, os.path.join(tmp, "actor.onnx"))
+            export_info.onnx = write_onnx(cell, spec.obs_dim, golden_batch, os.path.join(tmp, "actor.onnx"),
+                                          dynamic=batch == "dynamic" and "om" not in formats)
         if "om" in formats:
             conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"),
                                         export_info.onnx["input"], golden_batch, spec.obs_dim, soc_version, precision_mode)
