@@ -29,11 +29,12 @@ from msrl_consistent.runtime import load_policy
 
 SEED = 16
 OPENED = []
+ACTIVE = [False]  # record only around the command under test (the hook stays for the whole session)
 FILES = ("actor.mindir", "actor.onnx", "golden.npz", "policy.py", "manifest.json")
 
 
 def _audit(event, args):
-    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+    if ACTIVE[0] and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
         OPENED.append(os.fsdecode(args[0]))
 
 
@@ -224,7 +225,11 @@ def test_mutation_fuzzer(fuzz_base, tmp_path, capsys):
         del OPENED[:]
         if mem_bound:
             tracemalloc.start()
-        rc = main(["verify", d, "--backend", backend, "--episodes", "0", "--json"])
+        ACTIVE[0] = True
+        try:
+            rc = main(["verify", d, "--backend", backend, "--episodes", "0", "--json"])
+        finally:
+            ACTIVE[0] = False
         if mem_bound:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()

@@ -17,10 +17,11 @@ from msrl_consistent.manifest import IntegrityError
 from msrl_consistent.runtime import load_policy
 
 OPENED = []
+ACTIVE = [False]  # record only around the commands under test (the hook stays for the whole session)
 
 
 def _audit(event, args):
-    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+    if ACTIVE[0] and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
         OPENED.append(os.fsdecode(args[0]))
 
 
@@ -56,7 +57,11 @@ def write_npz(path, **arrays):
 
 def run_cli(capsys, *argv):
     del OPENED[:]
-    rc = main([str(a) for a in argv])
+    ACTIVE[0] = True
+    try:
+        rc = main([str(a) for a in argv])
+    finally:
+        ACTIVE[0] = False
     out, err = capsys.readouterr()
     return rc, out, err
 
