@@ -20,6 +20,19 @@ def train_run(tmp_root, config, overrides, name):
     return run_dir, summary, algo
 
 
+def copy_run_at_checkpoint(run_dir, dest, checkpoint: str):
+    """A copy of a finished run directory whose newest checkpoint is ``checkpoint`` (later ones
+    and summary.json removed): what an interruption at that checkpoint leaves behind."""
+    import shutil
+
+    shutil.copytree(run_dir, dest)
+    for f in os.listdir(os.path.join(dest, "checkpoints")):
+        if f != checkpoint:
+            os.unlink(os.path.join(dest, "checkpoints", f))
+    os.unlink(os.path.join(dest, "summary.json"))
+    return str(dest)
+
+
 def hide_modules(tmp_root, *names):
     """An environment for a subprocess in which ``import NAME`` fails as if NAME were not
     installed (a package of that name raising ModuleNotFoundError, first on PYTHONPATH)."""

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import CONFIGS, train_run
+from helpers import CONFIGS, copy_run_at_checkpoint, train_run
 
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent import registry
@@ -93,20 +93,13 @@ def test_sac_fused_acting_two_resumes_from_a_checkpoint_are_identical(tmp_path, 
     # fuse_act computes the next exploration action in the round's last update call, before the
     # checkpoint: resuming from the same checkpoint twice still gives the same parameters (the
     # envs are reseeded from (seed, steps), the replay buffer is saved, lean or not)
-    import shutil
-
     run, _, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml",
                           SHORT + ["checkpoint.freq=300", "checkpoint.keep=5", "algo.save_replay_buffer=true",
                                    f"algo.memory_lean={str(lean).lower()}", "algo.fuse_act=true"], "base")
     hashes = []
     for name in ("r1", "r2"):
-        d = tmp_path / name
-        shutil.copytree(run, d)
-        for f in os.listdir(d / "checkpoints"):
-            if f != "step-000000300.safetensors":
-                os.unlink(d / "checkpoints" / f)
-        os.unlink(d / "summary.json")
-        algo = registry.get("sac").resume(str(d))
+        d = copy_run_at_checkpoint(run, tmp_path / name, "step-000000300.safetensors")
+        algo = registry.get("sac").resume(d)
         assert algo.num_timesteps == 300 and algo.buffer is not None and algo.buffer.size == 300
-        hashes.append(algo.learn(str(d), progress=False)["params_sha256"])
+        hashes.append(algo.learn(d, progress=False)["params_sha256"])
     assert hashes[0] == hashes[1]

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import CONFIGS, train_run
+from helpers import CONFIGS, copy_run_at_checkpoint, train_run
 
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.algorithms import PPO
@@ -53,15 +53,10 @@ def test_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
     # keep the step-1024 checkpoint as the newest one in two copies of the run
     hashes = []
     for name in ("r1", "r2"):
-        d = tmp_path / name
-        shutil.copytree(run, d)
-        for f in os.listdir(d / "checkpoints"):
-            if f != "step-000001024.safetensors":
-                os.unlink(d / "checkpoints" / f)
-        os.unlink(d / "summary.json")
-        algo = PPO.resume(str(d))
+        d = copy_run_at_checkpoint(run, tmp_path / name, "step-000001024.safetensors")
+        algo = PPO.resume(d)
         assert algo.num_timesteps == 1024 and algo.resumed_from.endswith("step-000001024.safetensors")
-        summary = algo.learn(str(d), progress=False)
+        summary = algo.learn(d, progress=False)
         assert summary["num_timesteps"] == 2048
         hashes.append(summary["params_sha256"])
     assert hashes[0] == hashes[1]
