@@ -150,7 +150,8 @@ def cmd_eval(args) -> int:
     fallback = None if args.fallback == "none" else args.fallback
     policy = load_policy(path, backend=backend, device=args.device_id, checkpoint=args.checkpoint,
                          record=args.record, record_limit=args.record_limit, guard=args.guard,
-                         fallback=fallback, latency_budget_ms=args.latency_budget_ms)
+                         fallback=fallback, latency_budget_ms=args.latency_budget_ms,
+                         switch_after=args.switch_after)
     env_cfg = policy.env_config()
     seed = args.seed if args.seed is not None else 0
     rec = policy.recorder
@@ -315,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--fallback", default="auto", choices=["auto", "none", "mindspore", "onnxruntime"],
                    help="with --guard: the fallback backend (auto: the other of onnxruntime/mindspore in the export)")
     e.add_argument("--latency-budget-ms", type=float, help="with --guard: count calls slower than this")
+    e.add_argument("--switch-after", type=int, default=3,
+                   help="with --guard and a budget: after this many consecutive late calls, the fallback serves "
+                        "every later call (0: only count; default 3)")
     e.add_argument("--device-id", type=int, default=0, help="lite backend on Ascend: device id")
     e.add_argument("--record", metavar="PATH", help="write every observation and action to the trace PATH (.npz)")
     e.add_argument("--record-limit", type=int, default=100_000, help="at most this many observations in the trace")

@@ -745,14 +745,16 @@ class Guard:
     against an optional budget, and answers a violation or a backend exception with the fallback
     policy (another artifact of the same export), or raises GuardError when there is none.
 
-    A call over the latency budget is counted (its action is valid and returned); after
-    ``switch_after`` consecutive over-budget calls the fallback, if any, serves the later calls.
+    A call over the latency budget is counted and its action, valid but late, is returned (a
+    control loop cannot wait for a second backend); after ``switch_after`` consecutive
+    over-budget calls (default 3) the fallback, if any, serves every later call
+    (``stats()["switched_to_fallback"]``). ``switch_after=0`` only counts.
     """
 
     KINDS = ("exception", "shape", "nonfinite", "out_of_range", "latency")
 
     def __init__(self, fallback: Optional[Policy] = None, latency_budget_ms: Optional[float] = None,
-                 switch_after: int = 0, keep: int = 100_000):
+                 switch_after: int = 3, keep: int = 100_000):
         self.fallback = fallback
         self.budget = None if latency_budget_ms is None else float(latency_budget_ms) / 1e3
         self.switch_after = int(switch_after)
@@ -835,14 +837,15 @@ def available_backends(export: Export) -> List[str]:
 
 
 def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = False, fallback: Optional[str] = "auto",
-         latency_budget_ms: Optional[float] = None, target: str = "cpu", device_id: int = 0,
-         precision_mode: Optional[str] = None, check_hashes: bool = True) -> ExportPolicy:
+         latency_budget_ms: Optional[float] = None, switch_after: int = 3, target: str = "cpu",
+         device_id: int = 0, precision_mode: Optional[str] = None, check_hashes: bool = True) -> ExportPolicy:
     """Open and validate an export directory and load it on ``backend`` (None: the first of om,
     mindspore_lite, onnxruntime, mindspore that is installed and exported).
 
     ``guard=True``: every action is checked (finite, inside the action space) and timed; a
     violation or a backend exception is answered by the ``fallback`` backend ('auto': another
-    installed backend of the same export; None: raise GuardError). Counters: ``guard_stats()``.
+    installed backend of the same export; None: raise GuardError); ``switch_after`` consecutive
+    calls over ``latency_budget_ms`` move every later call to the fallback. Counters: ``guard_stats()``.
     """
     export = open_export(directory, None, hashes=check_hashes, golden=False)
     if backend is None:
@@ -865,7 +868,7 @@ def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = F
             fallback = canonical_backend(fallback)
             open_export_backend_check(export, fallback)
             fb = ExportPolicy(export, make_runner(export, fallback))
-        policy.guard = Guard(fb, latency_budget_ms)
+        policy.guard = Guard(fb, latency_budget_ms, switch_after)
     return policy
 
 

@@ -160,14 +160,15 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
                 device: int = 0, target: str = "cpu", precision_mode: Optional[str] = None,
                 precision: str = "fp32", record: Optional[str] = None, record_limit: int = 100_000,
                 guard: bool = False, fallback: Optional[str] = "auto",
-                latency_budget_ms: Optional[float] = None) -> Policy:
+                latency_budget_ms: Optional[float] = None, switch_after: int = 3) -> Policy:
     """Load a policy from a run directory (backend 'train') or an export directory.
 
     ``guard=True`` (export directories): every action is checked finite and inside the action
     space and timed against ``latency_budget_ms``; a violation or a backend exception is answered
     by the ``fallback`` backend of the same export ('auto': onnxruntime or mindspore, whichever
-    the export holds and is not the primary; None: raise deploy.GuardError); ``policy.guard_stats()``
-    holds the counters, also written into the trace when recording.
+    the export holds and is not the primary; None: raise deploy.GuardError); ``switch_after``
+    consecutive calls over the budget move every later call to the fallback (0: only count);
+    ``policy.guard_stats()`` holds the counters, also written into the trace when recording.
 
     ``record=PATH`` writes every observation given to ``act`` and every action returned to the
     trace PATH (bounded by ``record_limit`` observations), tagged with the sha256 of the
@@ -185,7 +186,7 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
             if fallback == policy.backend:
                 raise ConfigError(f"the fallback backend must differ from the primary ({fallback})")
             fb = _load(path, fallback, None, device, target, precision_mode, precision)
-        policy.guard = deploy.Guard(fb, latency_budget_ms)
+        policy.guard = deploy.Guard(fb, latency_budget_ms, switch_after)
     if record:
         from .determinism import file_sha256
         source = os.path.join(path, "manifest.json") if is_export_dir(path) else getattr(policy, "checkpoint", "")

@@ -324,3 +324,33 @@ def test_guard_in_eval_writes_counters_to_trace(bundles, tmp_path, capsys):
     with np.load(trace) as z:
         meta = json.loads(bytes(z["meta"]).decode())
     assert meta["guard"]["calls"] == out["guard"]["calls"] and meta["guard"]["violations"]["nonfinite"] == 0
+
+
+def test_guard_moves_to_the_fallback_after_calls_over_the_latency_budget(bundles):
+    import time as _time
+
+    d = bundles["pendulum"]
+    pi = load_policy(d, backend="mindspore", guard=True, latency_budget_ms=20.0, switch_after=3)
+    slow_calls = {5, 6, 7}  # three consecutive calls take 50 ms (a stalled device)
+    inner, n = pi.runner.run, {"calls": 0}
+
+    def stalling(x):
+        n["calls"] += 1
+        if n["calls"] in slow_calls:
+            _time.sleep(0.05)
+        return inner(x)
+
+    pi.runner.run = stalling
+    ref = load_policy(d, backend="mindspore")
+    x = np.zeros(3, np.float32)
+    for i in range(10):
+        a = pi.act(x)  # late actions are still the right actions
+        assert np.abs(a - ref.act(x)).max() <= 1e-5
+        assert pi.guard_stats()["switched_to_fallback"] == (i >= 6)
+    s = pi.guard_stats()
+    assert s["violations"]["latency"] == 3 and n["calls"] == 7  # calls 8-10 went to onnxruntime
+    # counting only: switch_after=0 keeps the primary
+    keep = load_policy(d, backend="mindspore", guard=True, latency_budget_ms=0.0001, switch_after=0)
+    for _ in range(5):
+        keep.act(x)
+    assert keep.guard_stats()["violations"]["latency"] == 5 and not keep.guard_stats()["switched_to_fallback"]
