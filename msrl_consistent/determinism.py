@@ -13,6 +13,10 @@ from typing import Dict
 
 import numpy as np
 
+# One definition of a file's sha256, deploy.py's (deploy.py is copied onto boards as policy.py
+# and must stand alone, so it cannot import this module); re-exported here.
+from .deploy import file_sha256  # noqa: F401
+
 _CONFIGURED = {"device": None}
 
 
@@ -56,10 +60,3 @@ def params_sha256(params: Dict[str, np.ndarray]) -> str:
         h.update(arr.tobytes())
     return h.hexdigest()
 
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
