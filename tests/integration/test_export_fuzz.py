@@ -33,9 +33,10 @@ ACTIVE = [False]  # record only around the command under test (the hook stays fo
 FILES = ("actor.mindir", "actor.onnx", "golden.npz", "policy.py", "manifest.json")
 
 
-def _audit(event, args):
-    if ACTIVE[0] and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-        OPENED.append(os.fsdecode(args[0]))
+def _audit(event, args, _active=ACTIVE, _opened=OPENED, _os=os):
+    # the lists and os are bound as defaults: the hook outlives this module's globals at exit
+    if _active[0] and event == "open" and args and isinstance(args[0], (str, bytes, _os.PathLike)):
+        _opened.append(_os.fsdecode(args[0]))
 
 
 sys.addaudithook(_audit)
