@@ -20,9 +20,10 @@ OPENED = []
 ACTIVE = [False]  # record only around the commands under test (the hook stays for the whole session)
 
 
-def _audit(event, args):
-    if ACTIVE[0] and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-        OPENED.append(os.fsdecode(args[0]))
+def _audit(event, args, _active=ACTIVE, _opened=OPENED, _os=os):
+    # the lists and os are bound as defaults: the hook outlives this module's globals at exit
+    if _active[0] and event == "open" and args and isinstance(args[0], (str, bytes, _os.PathLike)):
+        _opened.append(_os.fsdecode(args[0]))
 
 
 sys.addaudithook(_audit)
