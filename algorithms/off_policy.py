@@ -277,10 +277,8 @@ class OffPolicyAlgorithm(Algorithm):
                     t0 = clock()
                     fused_obs = obs if fuse and self.num_timesteps < cfg.total_timesteps else None
                     stats, next_action = self.train(steps, act_obs=fused_obs)
-                    if run.first_update_s is None:
-                        run.first_update_s = clock() - t0
                     pending.append(stats)
-                    phases["update"] += clock() - t0
+                    run.update_done(clock() - t0)
                 # New statistics take effect after the update (frozen during a round and its update).
                 self.sync_normalizer()
                 self.iterations += 1

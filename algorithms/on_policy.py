@@ -109,12 +109,10 @@ class OnPolicyAlgorithm(Algorithm):
                     reward_norm.rms.update(self.dist.allgather(rollout_returns).reshape(-1))
                 buf.compute(self.values_of(obs), self.gamma, self.gae_lambda)
                 stats = self.train(buf)
-                if run.first_update_s is None:
-                    run.first_update_s = clock() - t0
                 # New statistics take effect after the update: frozen during a rollout and its update.
                 self.sync_normalizer()
                 self.iterations += 1
-                phases["update"] += clock() - t0
+                run.update_done(clock() - t0)
                 run.after_iteration(stats)
         finally:
             venv.close()

@@ -26,7 +26,6 @@ from msrl_consistent.distributions import (
 )
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks import MLP, Agent, Chain, dense
-from msrl_consistent.normalization import ObsNormalizer
 from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value
@@ -84,11 +83,9 @@ class ActorCriticAgent(Agent):
     squash = False
 
     def __init__(self, cfg, spec, rng: np.random.Generator):
-        super().__init__()
+        super().__init__(cfg, spec)
         pc = cfg.policy
         obs_dim, out = spec.obs_dim, spec.n_actions
-        self.spec = spec
-        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
         if pc.shared:
             trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
             self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))

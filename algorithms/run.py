@@ -66,6 +66,13 @@ class RunContext:
             return None
         return (self.algo.num_timesteps // freq + 1) * freq
 
+    def update_done(self, seconds: float) -> None:
+        """Add one update's wall time to the phase timers (the first one, graph compilation
+        included, is also kept apart as first_update_s)."""
+        self.phases["update"] += seconds
+        if self.first_update_s is None:
+            self.first_update_s = seconds
+
     def episode_done(self, ret: float, length: int) -> None:
         self.logger.episode(self.algo.num_timesteps, ret, length)
 

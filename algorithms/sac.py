@@ -22,7 +22,6 @@ from mindspore import Parameter, Tensor, nn, ops
 from msrl_consistent.config import POSITIVE, Check
 from msrl_consistent.distributions import tanh_gaussian_log_prob
 from msrl_consistent.networks import MLP, Agent, Chain, QNetwork, ScaleToBox, Tanh, accurate_tanh, dense, frozen_copy, require_box
-from msrl_consistent.normalization import ObsNormalizer
 from msrl_consistent.optim import Adam
 
 from .algorithm import register
@@ -54,12 +53,10 @@ class SACAgent(Agent):
     LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
     def __init__(self, cfg, spec, rng: np.random.Generator):
-        super().__init__()
         require_box(spec, "sac")
+        super().__init__(cfg, spec)
         pc = cfg.policy
         obs_dim, act_dim = spec.obs_dim, spec.n_actions
-        self.spec = spec
-        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
         trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
         self.actor = Chain(trunk, dense(rng, trunk.out_dim, act_dim, 0.01, pc.ortho_init))
         self.log_std_head = dense(rng, trunk.out_dim, act_dim, 0.01, pc.ortho_init)

@@ -23,7 +23,6 @@ from mindspore import nn, ops
 
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, Check
 from msrl_consistent.networks import MLP, Agent, QNetwork, ScaleToBox, Tanh, accurate_tanh, frozen_copy, require_box
-from msrl_consistent.normalization import ObsNormalizer
 from msrl_consistent.optim import Adam
 
 from .algorithm import register
@@ -55,12 +54,10 @@ class TD3Agent(Agent):
     squash = True
 
     def __init__(self, cfg, spec, rng: np.random.Generator):
-        super().__init__()
         require_box(spec, "td3")
+        super().__init__(cfg, spec)
         pc = cfg.policy
         obs_dim, act_dim = spec.obs_dim, spec.n_actions
-        self.spec = spec
-        self.normalizer = ObsNormalizer(obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
 
         def make_actor(r):
             return MLP(r, obs_dim, pc.net_arch, pc.activation, act_dim, 0.01, pc.ortho_init)

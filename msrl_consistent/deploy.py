@@ -344,7 +344,7 @@ class Export:
         return self.batch
 
     def default_atol(self, backend: str) -> float:
-        return 0.0 if backend == "mindspore" and self.precision == "fp32" else CROSS_RUNTIME_ATOL
+        return default_atol(backend, self.precision)
 
     # -- golden set ---------------------------------------------------------------------------
     def golden(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -413,6 +413,14 @@ def _inside(directory: str, root: str, name: str, prefix: str = "") -> str:
     if not stat.S_ISREG(st.st_mode):
         raise ExportError(f"{name}: not a regular file")
     return path
+
+
+def default_atol(backend: str, precision: str = "fp32", against: str = "train") -> float:
+    """The default tolerance between ``backend``'s actions and ``against``'s: 0 (bit-identical)
+    where MindSpore computes both in fp32 at the same batch shape, else CROSS_RUNTIME_ATOL.
+    Discrete actions are always compared for equality."""
+    same_engine = backend == "mindspore" and against in ("train", "mindspore")
+    return 0.0 if same_engine and precision == "fp32" else CROSS_RUNTIME_ATOL
 
 
 def file_sha256(path: str) -> str:

@@ -261,8 +261,14 @@ def load_agent_parameters(agent: nn.Cell, tensors: dict, source: str) -> None:
 # ---------------------------------------------------------------------------------------
 class Agent(nn.Cell):
     """Base of every agent: ``normalizer``, ``actor`` (network output before the action head),
-    ``spec`` and ``squash``; ``policy_cell`` is the deterministic policy cell built from them."""
+    ``spec`` and ``squash``; ``policy_cell`` is the deterministic policy cell built from them.
+    Subclasses call ``super().__init__(cfg, spec)`` (spec and normalizer), then build their networks."""
     squash = False
+
+    def __init__(self, cfg, spec):
+        super().__init__()
+        self.spec = spec
+        self.normalizer = ObsNormalizer(spec.obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
 
     def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
         return PolicyCell(self.normalizer, self.actor, head or make_head(self.spec, self.squash))

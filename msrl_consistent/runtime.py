@@ -29,7 +29,7 @@ import numpy as np
 
 from . import deploy
 from .config import ConfigError, EnvConfig
-from .deploy import CROSS_RUNTIME_ATOL, LITE_ASCEND_PRECISION_MODES, LITE_CPU_PRECISION_MODES, in_chunks  # noqa: F401
+from .deploy import CROSS_RUNTIME_ATOL, LITE_ASCEND_PRECISION_MODES, LITE_CPU_PRECISION_MODES, default_atol, in_chunks  # noqa: F401
 from .envs import SpaceSpec
 from .manifest import is_export_dir, read_manifest
 from .optional import MissingOptionalPackage
@@ -39,14 +39,6 @@ BACKENDS = ("train", "mindspore", "onnxruntime", "lite", "om")
 
 class BackendUnavailable(MissingOptionalPackage, deploy.BackendUnavailable):
     """An optional backend package is not installed (the message names it and how to install it)."""
-
-
-def default_atol(backend: str, precision: str = "fp32", against: str = "train") -> float:
-    """The default tolerance between ``backend``'s actions and ``against``'s: 0 (bit-identical)
-    where MindSpore computes both in fp32 at the same batch shape, else CROSS_RUNTIME_ATOL.
-    Discrete actions are always compared for equality."""
-    same_engine = backend == "mindspore" and against in ("train", "mindspore")
-    return 0.0 if same_engine and precision == "fp32" else CROSS_RUNTIME_ATOL
 
 
 def read_run_config(run_dir: str):

@@ -1,5 +1,7 @@
 """Helpers shared by the test modules (import them as ``from helpers import ...``)."""
+import contextlib
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -52,3 +54,30 @@ def msrl(*args, cwd=None, env=None, timeout=600):
     import sys
     return subprocess.run([sys.executable, "-m", "msrl_consistent", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, env=env or dict(os.environ, GLOG_v="3"), timeout=timeout)
+
+
+OPENED: list = []
+"""Paths opened (``open`` audit events) inside the last ``recording_opens()`` block."""
+_RECORDING = [False]
+_HOOKED = [False]
+
+
+def _audit(event, args, _recording=_RECORDING, _opened=OPENED, _os=os):
+    # the state and os are bound as defaults: the hook outlives the module's globals at exit
+    if _recording[0] and event == "open" and args and isinstance(args[0], (str, bytes, _os.PathLike)):
+        _opened.append(_os.fsdecode(args[0]))
+
+
+@contextlib.contextmanager
+def recording_opens():
+    """Record into ``OPENED`` every file opened inside the block (an audit hook, installed once:
+    hooks cannot be removed, so it records only while a block runs)."""
+    if not _HOOKED[0]:
+        sys.addaudithook(_audit)
+        _HOOKED[0] = True
+    del OPENED[:]
+    _RECORDING[0] = True
+    try:
+        yield OPENED
+    finally:
+        _RECORDING[0] = False

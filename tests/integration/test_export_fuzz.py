@@ -16,30 +16,19 @@ import io
 import json
 import os
 import shutil
-import sys
 import tracemalloc
 import zipfile
 
 import numpy as np
 import pytest
+from helpers import OPENED, recording_opens
 
 from msrl_consistent import deploy
 from msrl_consistent.cli import main
 from msrl_consistent.runtime import load_policy
 
 SEED = 16
-OPENED = []
-ACTIVE = [False]  # record only around the command under test (the hook stays for the whole session)
 FILES = ("actor.mindir", "actor.onnx", "golden.npz", "policy.py", "manifest.json")
-
-
-def _audit(event, args, _active=ACTIVE, _opened=OPENED, _os=os):
-    # the lists and os are bound as defaults: the hook outlives this module's globals at exit
-    if _active[0] and event == "open" and args and isinstance(args[0], (str, bytes, _os.PathLike)):
-        _opened.append(_os.fsdecode(args[0]))
-
-
-sys.addaudithook(_audit)
 
 
 def _rehash(d):
@@ -223,14 +212,10 @@ def test_mutation_fuzzer(fuzz_base, tmp_path, capsys):
         shutil.copytree(fuzz_base, d, symlinks=True)
         mutate(d)
         backend = ("onnxruntime", "mindspore")[i % 2]
-        del OPENED[:]
         if mem_bound:
             tracemalloc.start()
-        ACTIVE[0] = True
-        try:
+        with recording_opens():
             rc = main(["verify", d, "--backend", backend, "--episodes", "0", "--json"])
-        finally:
-            ACTIVE[0] = False
         if mem_bound:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()

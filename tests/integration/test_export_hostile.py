@@ -5,28 +5,16 @@ import io
 import json
 import os
 import shutil
-import sys
 import zipfile
 
 import numpy as np
 import pytest
+from helpers import OPENED, recording_opens
 
 from msrl_consistent import deploy
 from msrl_consistent.cli import main
 from msrl_consistent.manifest import IntegrityError
 from msrl_consistent.runtime import load_policy
-
-OPENED = []
-ACTIVE = [False]  # record only around the commands under test (the hook stays for the whole session)
-
-
-def _audit(event, args, _active=ACTIVE, _opened=OPENED, _os=os):
-    # the lists and os are bound as defaults: the hook outlives this module's globals at exit
-    if _active[0] and event == "open" and args and isinstance(args[0], (str, bytes, _os.PathLike)):
-        _opened.append(_os.fsdecode(args[0]))
-
-
-sys.addaudithook(_audit)
 
 
 def rehash(d):
@@ -57,12 +45,8 @@ def write_npz(path, **arrays):
 
 
 def run_cli(capsys, *argv):
-    del OPENED[:]
-    ACTIVE[0] = True
-    try:
+    with recording_opens():
         rc = main([str(a) for a in argv])
-    finally:
-        ACTIVE[0] = False
     out, err = capsys.readouterr()
     return rc, out, err
 
