@@ -61,7 +61,7 @@ class PPOConfig:
     vf_coef: float = 0.5
     """Value loss coefficient."""
     max_grad_norm: float = 0.5
-    """Global gradient-norm clipping."""
+    """Global gradient-norm clipping as torch's clip_grad_norm_ (SB3): gradients scaled by min(max_grad_norm / (norm + 1e-6), 1)."""
     target_kl: Optional[float] = None
     """Early stop as SB3: the first minibatch whose approx. KL (before its step) exceeds 1.5 * target_kl
     is not applied and ends the update phase (None: never)."""
@@ -182,8 +182,10 @@ class PPOTrainStep(nn.Cell):
     """One minibatch: loss, gradients, (data parallel: the ranks' mean gradient), global-norm
     clipping and the Adam step -> the stats of STAT_NAMES, shape (7,).
 
-    The clipping is ``ops.clip_by_global_norm``'s arithmetic (the same ops in the same order)
-    with the norm computed once and reported as grad_norm. target_kl as Stable-Baselines3: the
+    The clipping is torch's ``clip_grad_norm_`` (what Stable-Baselines3 calls): every gradient
+    times ``min(max_norm / (norm + 1e-6), 1)``, with the global norm taken over all gradients
+    concatenated into one vector (4 kernels instead of 2 per parameter) and reported as
+    grad_norm. target_kl as Stable-Baselines3: the
     approx KL is computed by the forward pass, before the step; above ``kl_threshold`` the step
     is not applied (data parallel: the ranks' mean KL decides, the same on every rank)."""
 
@@ -206,10 +208,11 @@ class PPOTrainStep(nn.Cell):
         if self.distributed:
             grads = self.reducer(grads)
             kl = self.all_reduce(kl) / self.world
-        norm = ops.sqrt(ops.addn([ops.expand_dims(ops.ReduceSum(False)(ops.square(g), ()), 0) for g in grads]))
+        flat = ops.concat([g.reshape(-1) for g in grads])  # the global norm in 4 kernels, not 2 per tensor
+        norm = ops.sqrt(ops.square(flat).sum()).reshape((1,))
         if kl <= kl_threshold:
-            scale = ops.select(norm >= self.clip_norm, norm, self.clip_norm)
-            self.optimizer(tuple(g * self.clip_norm / scale for g in grads))
+            coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)  # torch's clip_grad_norm_
+            self.optimizer(tuple(g * coef for g in grads))
         return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
 
 

@@ -30,3 +30,10 @@ def test_tanh_backward_is_one_minus_square():
     # the forward is accurate_tanh's, not MindSpore's approximate kernel
     fwd = Tanh()(Tensor(x)).asnumpy()
     assert np.max(np.abs(fwd - np.tanh(x.astype(np.float64)))) < 2e-6
+
+
+def test_tanh_forward_saturates_without_overflow():
+    configure_mindspore("CPU")
+    x = np.array([-1e30, -1e4, -90.0, -20.0, 20.0, 90.0, 1e4, 1e30], np.float32)
+    y = Tanh()(Tensor(x)).asnumpy()
+    assert np.array_equal(y, np.sign(x)), y  # exactly +-1, never NaN or beyond the range
