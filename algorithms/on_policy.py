@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from typing import Dict, Optional
 
+import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 
 from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
@@ -16,6 +17,31 @@ from msrl_consistent.normalization import RewardNormalizer
 
 from .algorithm import Algorithm
 from .run import RunContext
+
+
+class PackedRollout(nn.Cell):
+    """The rollout cell's four outputs as one float32 matrix ``[env action | action | log_prob |
+    value]`` (integer actions are exact in float32): one device-to-host copy per vector step
+    instead of four (each ``asnumpy`` costs tens of microseconds of host work)."""
+
+    def __init__(self, cell: nn.Cell):
+        super().__init__()
+        self.cell = cell
+
+    def construct(self, obs, noise):
+        env_a, a, logp, v = self.cell(obs, noise)
+        n = obs.shape[0]
+        return ops.concat([env_a.astype(ms.float32).reshape((n, -1)), a.astype(ms.float32).reshape((n, -1)),
+                           logp.reshape((n, 1)), v.reshape((n, 1))], 1)
+
+
+def unpack_rollout(out: np.ndarray, act_shape: tuple, discrete: bool):
+    """PackedRollout's matrix -> (env action, action, log_prob, value) in the rollout cell's dtypes."""
+    n, width = out.shape[0], int(np.prod(act_shape, dtype=np.int64))
+    env_a, a = out[:, :width].reshape((n,) + act_shape), out[:, width:2 * width].reshape((n,) + act_shape)
+    if discrete:
+        env_a = a = a.astype(np.int32)
+    return env_a, a, out[:, 2 * width], out[:, 2 * width + 1]
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -58,7 +84,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     def learn_loop(self, run: RunContext) -> None:
         cfg = self.cfg
-        self._rollout_fn = FastCall(self.rollout_cell)
+        self._rollout_fn = FastCall(PackedRollout(self.rollout_cell))
         self._value_fn = FastCall(self.value_cell)
         venv = make_vec_env(cfg.env)
         n_envs = venv.num_envs
@@ -79,15 +105,15 @@ class OnPolicyAlgorithm(Algorithm):
                 buf.reset()
                 for t in range(self.n_steps):
                     t0 = clock()
-                    env_a, a, logp, v = self._rollout_fn(Tensor(obs), Tensor(self.sample_noise(n_envs)))
-                    env_a, a = env_a.asnumpy(), a.asnumpy()
+                    packed = self._rollout_fn(Tensor(obs), Tensor(self.sample_noise(n_envs))).asnumpy()
+                    env_a, a, logp, v = unpack_rollout(packed, act_shape, self.spec.discrete)
                     t1 = clock()
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
                     t2 = clock()
                     stored = rew
                     if reward_norm is not None:
                         stored, rollout_returns[t] = reward_norm.step(rew, term | trunc)
-                    buf.add(obs, a, logp.asnumpy(), v.asnumpy(), stored, term, trunc)
+                    buf.add(obs, a, logp, v, stored, term, trunc)
                     if np.any(trunc):
                         idx = np.nonzero(trunc & ~term)[0]
                         if idx.size:

@@ -6,8 +6,9 @@ one process (the same machine load for every path).
 Update: the fused phase (one graph call per rollout, PPOUpdatePhase) against the per-minibatch
 loop (one graph call per minibatch, what data-parallel runs use), on one synthetic rollout of
 the config's size, ms per minibatch (median over rounds; each round runs 3 phases per path).
-Acting: the rollout cell through nn.Cell.__call__ and through FastCall, ms per vector step
-(graph call + every output to NumPy).
+Acting: the rollout cell through nn.Cell.__call__, through FastCall, and through FastCall with
+its outputs packed into one matrix (what the training loop runs), ms per vector step (graph call
++ every output to NumPy).
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def main() -> None:
     from mindspore import Tensor
 
     from msrl_consistent import registry
+    from msrl_consistent.algorithms.on_policy import PackedRollout, unpack_rollout
     from msrl_consistent.config import load_config
     from msrl_consistent.fastcall import FastCall
 
@@ -75,6 +77,8 @@ def main() -> None:
     n = cfg.env.n_envs
     obs = np.random.default_rng(2).normal(size=(n, fused.spec.obs_dim)).astype(np.float32)
     fast = FastCall(fused.rollout_cell)
+    packed = FastCall(PackedRollout(fused.rollout_cell))
+    act_shape = () if fused.spec.discrete else (fused.spec.n_actions,)
 
     def plain_step():
         return [o.asnumpy() for o in fused.rollout_cell(Tensor(obs), Tensor(fused.sample_noise(n)))]
@@ -82,10 +86,15 @@ def main() -> None:
     def fast_step():
         return [o.asnumpy() for o in fast(Tensor(obs), Tensor(fused.sample_noise(n)))]
 
-    plain_step(), fast_step()
-    acting = {"Cell.__call__": [], "FastCall": []}
+    def packed_step():  # what the training loop does
+        return unpack_rollout(packed(Tensor(obs), Tensor(fused.sample_noise(n))).asnumpy(), act_shape,
+                              fused.spec.discrete)
+
+    plain_step(), fast_step(), packed_step()
+    acting = {"Cell.__call__": [], "FastCall": [], "FastCall, one packed output (the loop's)": []}
     for _ in range(args.rounds):
-        for name, fn in (("Cell.__call__", plain_step), ("FastCall", fast_step)):
+        for name, fn in (("Cell.__call__", plain_step), ("FastCall", fast_step),
+                         ("FastCall, one packed output (the loop's)", packed_step)):
             t0 = time.perf_counter()
             for _ in range(300):
                 fn()
