@@ -25,7 +25,7 @@ from msrl_consistent.distributions import (
     gaussian_log_prob,
 )
 from msrl_consistent.fastcall import FastCall
-from msrl_consistent.networks import MLP, Agent, Chain, dense
+from msrl_consistent.networks import MLP, Agent, Chain, dense, obs_encoder, with_encoder
 from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value
@@ -85,7 +85,8 @@ class ActorCriticAgent(Agent):
     def __init__(self, cfg, spec, rng: np.random.Generator):
         super().__init__(cfg, spec)
         pc = cfg.policy
-        obs_dim, out = spec.obs_dim, spec.n_actions
+        encoder, obs_dim = obs_encoder(spec)  # one-hot of a Discrete observation, inside the cell
+        out = spec.logits_dim
         if pc.shared:
             trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
             self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))
@@ -93,6 +94,7 @@ class ActorCriticAgent(Agent):
         else:
             self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
             self.critic = MLP(rng, obs_dim, pc.critic_arch or pc.net_arch, pc.activation, 1, 1.0, pc.ortho_init)
+        self.actor, self.critic = with_encoder(encoder, self.actor), with_encoder(encoder, self.critic)
         if not spec.discrete:
             self.log_std = Parameter(Tensor(np.full(out, pc.log_std_init, np.float32)), name="log_std")
 

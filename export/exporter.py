@@ -71,7 +71,7 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
     high = np.where(np.isfinite(high), high, mean + 3 * std)
     # Bounds wider than float32 (e.g. +-3.4e38) are clipped to a range the net can see.
     low, high = np.maximum(low, mean - 1e3), np.minimum(high, mean + 1e3)
-    bound_obs = rng.uniform(low, high, (n - n_roll, spec.obs_dim)).astype(np.float32)
+    bound_obs = spec.sample_obs(rng, low, high, n - n_roll)
     return np.concatenate([rollout_obs, bound_obs]), {"rollout": int(n_roll), "bounds": int(n - n_roll),
                                                       "episodes": ep, "seed": seed}
 

@@ -213,9 +213,15 @@ class Export:
         self.algorithm = f.get("algorithm", "str")
         self.env_id = f.get("env_id", "str")
         # spaces
-        if f.get("spaces.observation.type", "str") != "Box":
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' must be Box")
+        obs_type = f.get("spaces.observation.type", "str")
+        if obs_type not in ("Box", "Discrete"):
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' is {_short(obs_type)}, expected Box or "
+                              f"Discrete")
+        self.obs_n = f.int_in("spaces.observation.n", 1, MAX_DIM) if obs_type == "Discrete" else 0
         shape = f.get("spaces.observation.shape", "list")
+        if obs_type == "Discrete" and shape != [1]:
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected [1] for a "
+                              f"Discrete observation (its index)")
         if not shape or not all(_is_int(s) and 1 <= s <= MAX_DIM for s in shape) or int(np.prod(shape)) > MAX_DIM:
             raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected "
                               f"positive sizes of at most {MAX_DIM} elements in all")
@@ -387,6 +393,8 @@ class Export:
             raise ExportError(f"{name}: not a readable golden set ({_one_line(exc)})") from None
         if not np.isfinite(obs).all():
             raise ExportError(f"{name}: 'obs' holds non-finite values")
+        if self.obs_n and (obs.min() < 0 or obs.max() >= self.obs_n or (obs != np.round(obs)).any()):
+            raise ExportError(f"{name}: 'obs' holds values that are not Discrete({self.obs_n}) indices 0..{self.obs_n - 1}")
         if self.discrete and (actions.min() < 0 or actions.max() >= self.n_actions):
             raise ExportError(f"{name}: 'actions' holds indices outside 0..{self.n_actions - 1}")
         if not self.discrete and not np.isfinite(actions).all():
@@ -677,8 +685,9 @@ class Policy:
     guard: Optional["Guard"] = None
 
     def __init__(self, obs_dim: int, fixed_batch: Optional[int], discrete: bool, n_actions: int,
-                 act_low=None, act_high=None):
+                 act_low=None, act_high=None, obs_n: int = 0):
         self._obs_dim = int(obs_dim)
+        self.obs_n = int(obs_n)  # a Discrete observation space's n (0: Box)
         self.fixed_batch = fixed_batch
         self.discrete = bool(discrete)
         self.n_actions = int(n_actions)
@@ -691,6 +700,8 @@ class Policy:
 
     def validate(self, obs) -> np.ndarray:
         arr = np.asarray(obs)
+        if self.obs_n:
+            return self._validate_index(arr, obs)
         expected = f"float32 observations of shape ({self.obs_dim},) or (batch, {self.obs_dim})"
         if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
             raise ValueError(f"expected {expected}, got dtype {arr.dtype}")
@@ -704,9 +715,29 @@ class Policy:
             raise ValueError(f"expected finite observations, got {arr[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
         return arr
 
+    def _validate_index(self, arr: np.ndarray, obs) -> np.ndarray:
+        """A Discrete(n) observation: integer indices, one (a scalar) or a batch (B,) or (B, 1)."""
+        n = self.obs_n
+        expected = (f"Discrete({n}) observations: integer indices 0..{n - 1}, one (a scalar) or a batch of "
+                    f"shape (batch,) or (batch, 1)")
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise ValueError(f"expected {expected}, got dtype {arr.dtype}")
+        if arr.ndim > 2 or (arr.ndim == 2 and arr.shape[1] != 1) or arr.size < 1:
+            raise ValueError(f"expected {expected}, got shape {np.shape(obs)}")
+        flat = arr.reshape(-1)
+        bad = np.nonzero(~np.isfinite(flat.astype(np.float64)) | (flat < 0) | (flat >= n) | (flat != np.round(flat)))[0]
+        if bad.size:
+            raise ValueError(f"expected {expected}, got {flat[bad[0]]} at index {int(bad[0])}")
+        return np.ascontiguousarray(flat.reshape(-1, 1), dtype=np.float32)
+
+    def is_single(self, obs) -> bool:
+        """Whether ``obs`` is one observation (its action is returned without the batch axis)."""
+        return np.ndim(obs) == (0 if self.obs_n else 1)
+
     def act(self, obs) -> np.ndarray:
-        """The environment action for one observation (obs_dim,) or a batch (B, obs_dim)."""
-        single = np.ndim(obs) == 1
+        """The environment action for one observation (obs_dim,) or a batch (B, obs_dim); for a
+        Discrete observation space, an index or a batch of indices (B,)."""
+        single = self.is_single(obs)
         x = self.validate(obs)
         out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
         if self.recorder is not None:
@@ -824,7 +855,7 @@ class ExportPolicy(Policy):
 
     def __init__(self, export: Export, runner: Runner):
         super().__init__(export.obs_dim, runner.fixed_batch, export.discrete, export.n_actions,
-                         export.act_low, export.act_high)
+                         export.act_low, export.act_high, obs_n=export.obs_n)
         self.export = export
         self.runner = runner
         self.backend = runner.backend

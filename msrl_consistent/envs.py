@@ -19,26 +19,57 @@ from .config import ConfigError, EnvConfig
 
 @dataclass(frozen=True)
 class SpaceSpec:
-    """What the policy cell and the exporter need to know about the spaces."""
+    """What the policy cell and the exporter need to know about the spaces.
+
+    Observations reach the policy cell as one float32 row of ``obs_dim`` values per observation:
+    a Box flattened; a Discrete observation as its index (one value, one-hot inside the cell).
+    Actions: ``discrete`` means integer actions compared exactly (Discrete, MultiDiscrete,
+    MultiBinary); ``act_kind`` names the space. ``n_actions`` is the number of choices of a
+    Discrete space and the action width of the others; ``nvec`` the choices per dimension of
+    MultiDiscrete (2 per dimension for MultiBinary)."""
     obs_shape: Tuple[int, ...]
     obs_low: np.ndarray
     obs_high: np.ndarray
     discrete: bool
-    n_actions: int          # Discrete: number of actions; Box: flat action dimension
+    n_actions: int          # Discrete: number of actions; Box/MultiDiscrete/MultiBinary: action width
     act_low: Optional[np.ndarray] = None
     act_high: Optional[np.ndarray] = None
+    obs_kind: str = "Box"   # Box | Discrete
+    obs_n: int = 0          # Discrete observations: the number of values
+    act_kind: str = ""      # Discrete | Box | MultiDiscrete | MultiBinary ("" : Discrete or Box from `discrete`)
+    nvec: Tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not self.act_kind:
+            object.__setattr__(self, "act_kind", "Discrete" if self.discrete else "Box")
 
     @property
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
 
+    @property
+    def action_shape(self) -> Tuple[int, ...]:
+        """The shape of one environment action: () for Discrete, (n_actions,) otherwise."""
+        return () if self.act_kind == "Discrete" else (self.n_actions,)
+
+    @property
+    def logits_dim(self) -> int:
+        """Width of the actor's output: logits of every choice (MultiDiscrete: sum(nvec))."""
+        return int(sum(self.nvec)) if self.act_kind == "MultiDiscrete" else self.n_actions
+
     def to_json(self) -> dict:
-        d = {
-            "observation": {"type": "Box", "shape": list(self.obs_shape), "dtype": "float32",
-                            "low": _jsonable(self.obs_low), "high": _jsonable(self.obs_high)},
-        }
-        if self.discrete:
+        o = {"type": "Box", "shape": list(self.obs_shape), "dtype": "float32",
+             "low": _jsonable(self.obs_low), "high": _jsonable(self.obs_high)}
+        if self.obs_kind == "Discrete":
+            o["type"], o["n"] = "Discrete", self.obs_n
+        d = {"observation": o}
+        if self.act_kind == "Discrete":
             d["action"] = {"type": "Discrete", "n": self.n_actions, "dtype": "int32"}
+        elif self.act_kind == "MultiDiscrete":
+            d["action"] = {"type": "MultiDiscrete", "nvec": list(self.nvec), "shape": [self.n_actions],
+                           "dtype": "int32"}
+        elif self.act_kind == "MultiBinary":
+            d["action"] = {"type": "MultiBinary", "n": self.n_actions, "shape": [self.n_actions], "dtype": "int32"}
         else:
             d["action"] = {"type": "Box", "shape": [self.n_actions], "dtype": "float32",
                            "low": _jsonable(self.act_low), "high": _jsonable(self.act_high)}
@@ -49,10 +80,24 @@ class SpaceSpec:
         o, a = d["observation"], d["action"]
         obs_low = np.asarray(_unjson(o["low"]), dtype=np.float32)
         obs_high = np.asarray(_unjson(o["high"]), dtype=np.float32)
+        ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)))
         if a["type"] == "Discrete":
-            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]))
+            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]), **ob)
+        if a["type"] == "MultiDiscrete":
+            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, len(a["nvec"]), act_kind="MultiDiscrete",
+                             nvec=tuple(int(v) for v in a["nvec"]), **ob)
+        if a["type"] == "MultiBinary":
+            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]), act_kind="MultiBinary",
+                             nvec=(2,) * int(a["n"]), **ob)
         return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, False, int(a["shape"][0]),
-                         np.asarray(_unjson(a["low"]), np.float32), np.asarray(_unjson(a["high"]), np.float32))
+                         np.asarray(_unjson(a["low"]), np.float32), np.asarray(_unjson(a["high"]), np.float32), **ob)
+
+    def sample_obs(self, rng: np.random.Generator, low: np.ndarray, high: np.ndarray, n: int) -> np.ndarray:
+        """``n`` observations drawn uniformly inside [low, high] (finite bounds), as the cell takes
+        them: float32 rows; Discrete observations are integer indices."""
+        if self.obs_kind == "Discrete":
+            return rng.integers(0, self.obs_n, (n, 1)).astype(np.float32)
+        return rng.uniform(low, high, (n, self.obs_dim)).astype(np.float32)
 
 
 def _jsonable(arr: np.ndarray) -> list:
@@ -65,21 +110,32 @@ def _unjson(values: list) -> list:
 
 
 def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
-    """Check the spaces are supported (Box observations; Box or Discrete actions)."""
+    """Check the spaces are supported (Box or Discrete observations; Box or Discrete actions)."""
     from gymnasium import spaces
 
     who = f"environment {env_id!r}: " if env_id else ""
-    if not isinstance(observation_space, spaces.Box):
+    obs_kind, obs_n = "Box", 0
+    if isinstance(observation_space, spaces.Discrete):
+        if int(observation_space.start) != 0:
+            raise ConfigError(f"{who}unsupported Discrete observation space with start={observation_space.start}; "
+                              f"expected start 0")
+        obs_kind, obs_n = "Discrete", int(observation_space.n)
+        obs_shape = (1,)
+        obs_low, obs_high = np.zeros(1, np.float32), np.full(1, obs_n - 1, np.float32)
+    elif isinstance(observation_space, spaces.Box):
+        if not np.issubdtype(observation_space.dtype, np.floating):
+            raise ConfigError(f"{who}unsupported observation dtype {observation_space.dtype}; expected a float Box")
+        obs_shape = tuple(observation_space.shape)
+        obs_low = np.asarray(observation_space.low, np.float32).ravel()
+        obs_high = np.asarray(observation_space.high, np.float32).ravel()
+    else:
         raise ConfigError(f"{who}unsupported observation space {type(observation_space).__name__} "
-                          f"({observation_space}); msrl-consistent supports Box observations")
-    if not np.issubdtype(observation_space.dtype, np.floating):
-        raise ConfigError(f"{who}unsupported observation dtype {observation_space.dtype}; expected a float Box")
-    obs_low = np.asarray(observation_space.low, np.float32).ravel()
-    obs_high = np.asarray(observation_space.high, np.float32).ravel()
+                          f"({observation_space}); msrl-consistent supports Box and Discrete observations")
+    ob = dict(obs_kind=obs_kind, obs_n=obs_n)
     if isinstance(action_space, spaces.Discrete):
         if int(action_space.start) != 0:
             raise ConfigError(f"{who}unsupported Discrete action space with start={action_space.start}; expected start 0")
-        return SpaceSpec(tuple(observation_space.shape), obs_low, obs_high, True, int(action_space.n))
+        return SpaceSpec(obs_shape, obs_low, obs_high, True, int(action_space.n), **ob)
     if isinstance(action_space, spaces.Box):
         if len(action_space.shape) != 1:
             raise ConfigError(f"{who}unsupported Box action shape {action_space.shape}; expected a 1-D Box")
@@ -87,7 +143,7 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
         high = np.asarray(action_space.high, np.float32)
         if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise ConfigError(f"{who}Box action space must have finite bounds, got low={low} high={high}")
-        return SpaceSpec(tuple(observation_space.shape), obs_low, obs_high, False, int(action_space.shape[0]), low, high)
+        return SpaceSpec(obs_shape, obs_low, obs_high, False, int(action_space.shape[0]), low, high, **ob)
     raise ConfigError(f"{who}unsupported action space {type(action_space).__name__} ({action_space}); "
                       f"msrl-consistent supports Box and Discrete actions")
 
@@ -129,7 +185,7 @@ def seed_vec_env(venv, seed: int) -> np.ndarray:
     obs, _ = venv.reset(seed=[seed + i for i in range(n)])
     venv.action_space.seed(seed)
     venv.single_action_space.seed(seed)
-    return np.asarray(obs, dtype=np.float32)
+    return np.asarray(obs, dtype=np.float32).reshape(n, -1)
 
 
 def step_transitions(venv, actions: np.ndarray):
@@ -139,14 +195,14 @@ def step_transitions(venv, actions: np.ndarray):
     there it is the true final observation of the ended episode (from ``info['final_obs']``).
     """
     obs, reward, terminated, truncated, info = venv.step(actions)
-    obs = np.asarray(obs, dtype=np.float32)
+    obs = np.asarray(obs, dtype=np.float32).reshape(venv.num_envs, -1)
     real_next = obs
     if "_final_obs" in info:
         mask = info["_final_obs"]
         if np.any(mask):
             real_next = obs.copy()
             for i in np.nonzero(mask)[0]:
-                real_next[i] = np.asarray(info["final_obs"][i], dtype=np.float32)
+                real_next[i] = np.asarray(info["final_obs"][i], dtype=np.float32).reshape(-1)
     return (obs, np.asarray(reward, dtype=np.float32), np.asarray(terminated, dtype=bool),
             np.asarray(truncated, dtype=bool), real_next)
 

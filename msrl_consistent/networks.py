@@ -112,6 +112,39 @@ class Chain(nn.Cell):
 
 
 # ---------------------------------------------------------------------------------------
+# Observation encoders: what turns the raw observation row into network input, inside the cell
+# ---------------------------------------------------------------------------------------
+class OneHot(nn.Cell):
+    """A Discrete observation (its index as one float32 value, shape (B, 1)) -> one-hot (B, n).
+
+    ``index == [0, 1, ..., n-1]`` as float32: an exact comparison (Equal + Cast in the exported
+    graph, no OneHot operator, whose negative-index rule differs between runtimes). An index
+    outside 0..n-1 gives the zero vector; deploy.Policy refuses such inputs before the cell."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = int(n)
+        self.values = Tensor(np.arange(self.n, dtype=np.float32))
+
+    def construct(self, x):
+        return ops.cast(ops.equal(x, self.values), ms.float32)
+
+
+def obs_encoder(spec):
+    """(encoder cell or None, features width) for the observation space: None for a Box (the
+    network sees the normalized row as before), OneHot for a Discrete observation."""
+    if spec.obs_kind == "Discrete":
+        return OneHot(spec.obs_n), spec.obs_n
+    return None, spec.obs_dim
+
+
+def with_encoder(encoder: Optional[nn.Cell], net: nn.Cell) -> nn.Cell:
+    """``net`` behind the observation encoder (the same encoder object for every network that
+    sees observations); ``net`` itself for a Box observation (parameter names unchanged)."""
+    return net if encoder is None else Chain(encoder, net)
+
+
+# ---------------------------------------------------------------------------------------
 # Action heads: the post-processing that turns network output into the environment action
 # ---------------------------------------------------------------------------------------
 class ArgmaxHead(nn.Cell):
@@ -268,6 +301,11 @@ class Agent(nn.Cell):
     def __init__(self, cfg, spec):
         super().__init__()
         self.spec = spec
+        if cfg.env.normalize_obs and spec.obs_kind != "Box":
+            from .config import ConfigError
+            raise ConfigError(f"key 'env.normalize_obs' is true, but the observation space is {spec.obs_kind} "
+                              f"(one-hot inside the policy cell); observation normalization applies to Box "
+                              f"observations: set env.normalize_obs: false")
         self.normalizer = ObsNormalizer(spec.obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
 
     def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
@@ -291,10 +329,14 @@ class Agent(nn.Cell):
 #   configs set ``policy.ortho_init: false`` and ``policy.activation: relu`` accordingly.
 # ---------------------------------------------------------------------------------------
 def require_box(spec, algorithm: str) -> None:
+    from .config import ConfigError
     if spec.discrete:
-        from .config import ConfigError
         raise ConfigError(f"{algorithm} needs a Box (continuous) action space; the environment has "
-                          f"Discrete({spec.n_actions}) actions (use ppo for discrete actions)")
+                          f"{spec.act_kind}({spec.n_actions if spec.act_kind != 'MultiDiscrete' else list(spec.nvec)}) actions "
+                          f"(use ppo for discrete actions)")
+    if spec.obs_kind != "Box":
+        raise ConfigError(f"{algorithm} needs Box observations; the environment has {spec.obs_kind} "
+                          f"observations (use ppo, which encodes them inside the policy cell)")
 
 
 class QNetwork(nn.Cell):
