@@ -10,6 +10,7 @@ import numpy as np
 from mindspore import Tensor, nn
 
 from msrl_consistent.buffers import RolloutBuffer
+from msrl_consistent.distributions import multi_noise
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.normalization import RewardNormalizer
@@ -30,7 +31,10 @@ class OnPolicyAlgorithm(Algorithm):
     value_cell: nn.Cell
 
     def sample_noise(self, n: int) -> np.ndarray:
-        """Host-side noise for the rollout graph: Gumbel (discrete) or standard normal."""
+        """Host-side noise for the rollout graph: Gumbel (discrete), standard normal, or the
+        per-dimension noise of MultiDiscrete / MultiBinary (distributions.multi_noise)."""
+        if self.spec.act_kind in ("MultiDiscrete", "MultiBinary"):
+            return multi_noise(self.spec, self.rng, n)
         if self.spec.discrete:
             u = self.rng.random((n, self.spec.n_actions))
             return (-np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))).astype(np.float32)
@@ -62,7 +66,7 @@ class OnPolicyAlgorithm(Algorithm):
         self._value_fn = FastCall(self.value_cell)
         venv = make_vec_env(cfg.env)
         n_envs = venv.num_envs
-        act_shape = () if self.spec.discrete else (self.spec.n_actions,)
+        act_shape = self.spec.action_shape
         buf = RolloutBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete)
         steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
         obs = seed_vec_env(venv, self.env_seed())

@@ -148,7 +148,7 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
 
         files = {name: file_sha256(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
         out_dtype = "int32" if spec.discrete else "float32"
-        out_shape = [None if batch == "dynamic" else golden_batch] + ([] if spec.discrete else [spec.n_actions])
+        out_shape = [None if batch == "dynamic" else golden_batch] + list(spec.action_shape)
         versions = mf.versions()
         manifest = mf.Manifest(
             schema_version=mf.SCHEMA_VERSION,
@@ -192,6 +192,10 @@ def write_bundle(directory: str) -> str:
 def _post_processing(spec, squash: bool, raw: bool) -> str:
     if raw:
         return "none (raw network output; for testing verify only)"
+    if spec.act_kind == "MultiDiscrete":
+        return f"argmax over each logit segment of nvec {list(spec.nvec)}, int32 (B, {spec.n_actions})"
+    if spec.act_kind == "MultiBinary":
+        return f"logit > 0 (p > 0.5) per dimension, int32 (B, {spec.n_actions})"
     if spec.discrete:
         return "argmax over logits, int32"
     if squash:

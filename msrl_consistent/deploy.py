@@ -229,10 +229,24 @@ class Export:
         self.obs_low = _bounds(f, "spaces.observation.low", self.obs_dim, False)
         self.obs_high = _bounds(f, "spaces.observation.high", self.obs_dim, False)
         kind = f.get("spaces.action.type", "str")
+        self.act_kind = kind
         self.act_low = self.act_high = None
+        self.nvec: Optional[np.ndarray] = None  # MultiDiscrete / MultiBinary: choices per dimension
         if kind == "Discrete":
             self.discrete = True
             self.n_actions = f.int_in("spaces.action.n", 1, MAX_DIM)
+        elif kind == "MultiBinary":
+            self.discrete = True
+            self.n_actions = f.int_in("spaces.action.n", 1, MAX_DIM)
+            self.nvec = np.full(self.n_actions, 2, np.int64)
+        elif kind == "MultiDiscrete":
+            self.discrete = True
+            nvec = f.get("spaces.action.nvec", "list")
+            if not nvec or len(nvec) > MAX_DIM or not all(_is_int(v) and 1 <= v <= MAX_DIM for v in nvec):
+                raise ExportError(f"{MANIFEST}: field 'spaces.action.nvec' is {_short(nvec)}, expected 1..{MAX_DIM} "
+                                  f"positive choice counts")
+            self.nvec = np.asarray(nvec, np.int64)
+            self.n_actions = len(nvec)
         elif kind == "Box":
             self.discrete = False
             ashape = f.get("spaces.action.shape", "list")
@@ -244,7 +258,8 @@ class Export:
             if (self.act_low > self.act_high).any():
                 raise ExportError(f"{MANIFEST}: field 'spaces.action.low' exceeds 'spaces.action.high'")
         else:
-            raise ExportError(f"{MANIFEST}: field 'spaces.action.type' is {_short(kind)}, expected Discrete or Box")
+            raise ExportError(f"{MANIFEST}: field 'spaces.action.type' is {_short(kind)}, expected Discrete, Box, "
+                              f"MultiDiscrete or MultiBinary")
         # export
         formats = f.get("export.formats", "list")
         if not formats or not all(isinstance(x, str) and x in FORMAT_FILE for x in formats) or len(set(formats)) != len(formats):
@@ -288,7 +303,7 @@ class Export:
             raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be float32")
         self.input_name = f.get("io.input.name", "str")
         out_shape = f.get("io.output.shape", "list")
-        want_out = [want_b] + ([] if self.discrete else [self.n_actions])
+        want_out = [want_b] + ([] if kind == "Discrete" else [self.n_actions])
         if out_shape != want_out:
             raise ExportError(f"{MANIFEST}: field 'io.output.shape' is {_short(out_shape)}, but the action space "
                               f"and export batch give {_short(want_out)}")
@@ -317,7 +332,7 @@ class Export:
         self.golden_count = f.int_in("golden.count", 1, MAX_GOLDEN)
         if f.int_in("golden.batch", 1, MAX_BATCH) != self.golden_batch:
             raise ExportError(f"{MANIFEST}: 'golden.batch' differs from 'export.golden_batch' {self.golden_batch}")
-        nbytes = self.golden_count * (self.obs_dim + (1 if self.discrete else self.n_actions)) * 4
+        nbytes = self.golden_count * (self.obs_dim + (1 if kind == "Discrete" else self.n_actions)) * 4
         if nbytes > MAX_GOLDEN_BYTES:
             raise ExportError(f"{MANIFEST}: the golden set declares {self.golden_count} x {self.obs_dim} values "
                               f"({nbytes} bytes, at most {MAX_GOLDEN_BYTES})")
@@ -358,8 +373,8 @@ class Export:
         name = self.golden_file
         path = self.path(name)
         want = {"obs": ((self.golden_count, self.obs_dim), np.dtype(np.float32)),
-                "actions": (((self.golden_count,), np.dtype(np.int32)) if self.discrete
-                            else ((self.golden_count, self.n_actions), np.dtype(np.float32)))}
+                "actions": (((self.golden_count,), np.dtype(np.int32)) if self.act_kind == "Discrete"
+                            else ((self.golden_count, self.n_actions), np.dtype(np.int32 if self.discrete else np.float32)))}
         size = os.path.getsize(path)
         try:
             with zipfile.ZipFile(path) as z:
@@ -378,7 +393,7 @@ class Export:
                             raise ExportError(f"{name}: '{key}' has .npy format {version}, expected 1.0 or 2.0")
                     if hdtype.hasobject or hdtype.newbyteorder("=") != dtype.newbyteorder("=") or hdtype.byteorder == ">":
                         raise ExportError(f"{name}: '{key}' has dtype {hdtype}, expected {dtype} (manifest: "
-                                          f"{'Discrete' if self.discrete else 'Box'} actions)")
+                                          f"{self.act_kind} actions)")
                     if tuple(hshape) != shape:
                         raise ExportError(f"{name}: '{key}' has shape {tuple(hshape)}, but the manifest gives {shape}")
                     nbytes = int(np.prod(shape)) * dtype.itemsize
@@ -395,7 +410,9 @@ class Export:
             raise ExportError(f"{name}: 'obs' holds non-finite values")
         if self.obs_n and (obs.min() < 0 or obs.max() >= self.obs_n or (obs != np.round(obs)).any()):
             raise ExportError(f"{name}: 'obs' holds values that are not Discrete({self.obs_n}) indices 0..{self.obs_n - 1}")
-        if self.discrete and (actions.min() < 0 or actions.max() >= self.n_actions):
+        if self.nvec is not None and (actions.min() < 0 or (actions >= self.nvec).any()):
+            raise ExportError(f"{name}: 'actions' holds values outside 0..nvec-1 (nvec {self.nvec.tolist()})")
+        elif self.nvec is None and self.discrete and (actions.min() < 0 or actions.max() >= self.n_actions):
             raise ExportError(f"{name}: 'actions' holds indices outside 0..{self.n_actions - 1}")
         if not self.discrete and not np.isfinite(actions).all():
             raise ExportError(f"{name}: 'actions' holds non-finite values")
@@ -685,8 +702,10 @@ class Policy:
     guard: Optional["Guard"] = None
 
     def __init__(self, obs_dim: int, fixed_batch: Optional[int], discrete: bool, n_actions: int,
-                 act_low=None, act_high=None, obs_n: int = 0):
+                 act_low=None, act_high=None, obs_n: int = 0, nvec=None):
         self._obs_dim = int(obs_dim)
+        # MultiDiscrete / MultiBinary: choices per action dimension; actions are int (B, len(nvec))
+        self.nvec = None if nvec is None else np.asarray(nvec, np.int64)
         self.obs_n = int(obs_n)  # a Discrete observation space's n (0: Box)
         self.fixed_batch = fixed_batch
         self.discrete = bool(discrete)
@@ -760,6 +779,10 @@ class Policy:
         """None if ``out`` is a valid batch of ``n`` environment actions, else the kind of violation."""
         if not isinstance(out, np.ndarray):
             return "shape"
+        if self.nvec is not None:
+            if out.shape != (n, len(self.nvec)) or out.dtype.kind not in "iu":
+                return "shape"
+            return None if n == 0 or (out.min() >= 0 and (out < self.nvec).all()) else "out_of_range"
         if self.discrete:
             if out.shape != (n,) or out.dtype.kind not in "iu":
                 return "shape"
@@ -855,7 +878,7 @@ class ExportPolicy(Policy):
 
     def __init__(self, export: Export, runner: Runner):
         super().__init__(export.obs_dim, runner.fixed_batch, export.discrete, export.n_actions,
-                         export.act_low, export.act_high, obs_n=export.obs_n)
+                         export.act_low, export.act_high, obs_n=export.obs_n, nvec=export.nvec)
         self.export = export
         self.runner = runner
         self.backend = runner.backend
@@ -929,8 +952,8 @@ def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: flo
         return {"shape_mismatch": True, "pred_shape": list(pred.shape), "ref_shape": list(ref.shape),
                 "passed": False, "first_mismatch": 0}
     out: Dict[str, Any] = {"count": int(len(ref))}
-    if discrete:
-        equal = pred.astype(np.int64) == ref.astype(np.int64)
+    if discrete:  # per row: a MultiDiscrete / MultiBinary action agrees when every dimension does
+        equal = (pred.astype(np.int64) == ref.astype(np.int64)).reshape(len(ref), -1).all(axis=1)
         out["agreement"] = float(equal.mean())
         bad = np.nonzero(~equal)[0]
         out["first_mismatch"] = int(bad[0]) if bad.size else None

@@ -110,7 +110,8 @@ def _unjson(values: list) -> list:
 
 
 def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
-    """Check the spaces are supported (Box or Discrete observations; Box or Discrete actions)."""
+    """Check the spaces are supported (Box or Discrete observations; Box, Discrete, MultiDiscrete or
+    MultiBinary actions)."""
     from gymnasium import spaces
 
     who = f"environment {env_id!r}: " if env_id else ""
@@ -136,6 +137,18 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
         if int(action_space.start) != 0:
             raise ConfigError(f"{who}unsupported Discrete action space with start={action_space.start}; expected start 0")
         return SpaceSpec(obs_shape, obs_low, obs_high, True, int(action_space.n), **ob)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        nvec = np.asarray(action_space.nvec)
+        if nvec.ndim != 1 or np.any(np.asarray(action_space.start) != 0):
+            raise ConfigError(f"{who}unsupported MultiDiscrete action space {action_space}; expected a 1-D nvec "
+                              f"with start 0")
+        return SpaceSpec(obs_shape, obs_low, obs_high, True, int(nvec.size), act_kind="MultiDiscrete",
+                         nvec=tuple(int(v) for v in nvec), **ob)
+    if isinstance(action_space, spaces.MultiBinary):
+        if np.ndim(action_space.n) != 0:
+            raise ConfigError(f"{who}unsupported MultiBinary action shape {action_space.shape}; expected MultiBinary(n)")
+        n = int(action_space.n)
+        return SpaceSpec(obs_shape, obs_low, obs_high, True, n, act_kind="MultiBinary", nvec=(2,) * n, **ob)
     if isinstance(action_space, spaces.Box):
         if len(action_space.shape) != 1:
             raise ConfigError(f"{who}unsupported Box action shape {action_space.shape}; expected a 1-D Box")
@@ -145,7 +158,7 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
             raise ConfigError(f"{who}Box action space must have finite bounds, got low={low} high={high}")
         return SpaceSpec(obs_shape, obs_low, obs_high, False, int(action_space.shape[0]), low, high, **ob)
     raise ConfigError(f"{who}unsupported action space {type(action_space).__name__} ({action_space}); "
-                      f"msrl-consistent supports Box and Discrete actions")
+                      f"msrl-consistent supports Box, Discrete, MultiDiscrete and MultiBinary actions")
 
 
 def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):

@@ -53,7 +53,8 @@ def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step
                     traj_act.append(flat)
                     if reference is not None:
                         traj_ref.append(np.asarray(reference(batch)).reshape(-1))
-                a = int(flat[0]) if spec.discrete else flat.astype(np.float32)
+                a = flat.astype(np.float32) if not spec.discrete else (
+                    int(flat[0]) if spec.act_kind == "Discrete" else flat.astype(np.int64))
                 obs, r, term, trunc, _ = env.step(a)
                 ret += float(r)
                 done = bool(term or trunc)
@@ -100,7 +101,7 @@ def run_episodes_batched(env_cfg: EnvConfig, act: Act, episodes: int, seed: int)
             t0 = time.perf_counter()
             action = np.asarray(act(batch))
             latencies.append(time.perf_counter() - t0)
-            a = action.reshape(episodes).astype(np.int64) if spec.discrete else \
+            a = action.reshape((episodes,) + spec.action_shape).astype(np.int64) if spec.discrete else \
                 action.reshape(episodes, -1).astype(np.float32)
             obs, r, term, trunc, _ = venv.step(a)
             live = ~done

@@ -156,6 +156,18 @@ class ArgmaxHead(nn.Cell):
         return ops.cast(ops.argmax(logits, -1), ms.int32)
 
 
+class ModeHead(nn.Cell):
+    """The mode of a per-dimension discrete distribution (distributions.MultiCategorical: argmax
+    of each logit segment; Bernoulli: logit > 0), int32 of shape (B, dims)."""
+
+    def __init__(self, dist: nn.Cell):
+        super().__init__()
+        self.dist = dist
+
+    def construct(self, logits):
+        return self.dist.mode(logits)
+
+
 class ClipHead(nn.Cell):
     """Clip to the Box bounds (PPO's Gaussian mean)."""
 
@@ -258,6 +270,9 @@ def fp16_matmuls(cell: nn.Cell) -> nn.Cell:
 
 
 def make_head(spec, squash: bool) -> nn.Cell:
+    if spec.act_kind in ("MultiDiscrete", "MultiBinary"):
+        from .distributions import multi_distribution
+        return ModeHead(multi_distribution(spec))
     if spec.discrete:
         return ArgmaxHead()
     if squash:

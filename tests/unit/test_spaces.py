@@ -68,3 +68,72 @@ def test_discrete_observation_validation_names_the_space():
                       (np.zeros((2, 2)), "shape"), ("a", "dtype")):
         with pytest.raises(ValueError, match=r"Discrete\(16\) observations.*" + what):
             p.act(bad)
+
+
+# -- MultiDiscrete / MultiBinary actions ------------------------------------------------------------
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_multidiscrete_and_multibinary_specs_round_trip():
+    md = space_spec(spaces.Box(-1, 1, (3,)), spaces.MultiDiscrete([3, 4, 2]), "X-v0")
+    assert (md.act_kind, md.n_actions, md.nvec, md.action_shape, md.logits_dim, md.discrete) == \
+        ("MultiDiscrete", 3, (3, 4, 2), (3,), 9, True)
+    mb = space_spec(spaces.Box(-1, 1, (3,)), spaces.MultiBinary(5), "X-v0")
+    assert (mb.act_kind, mb.n_actions, mb.action_shape, mb.logits_dim) == ("MultiBinary", 5, (5,), 5)
+    for spec in (md, mb):
+        back = SpaceSpec.from_json(spec.to_json())
+        assert (back.act_kind, back.n_actions, back.nvec, back.logits_dim) == \
+            (spec.act_kind, spec.n_actions, spec.nvec, spec.logits_dim)
+
+
+def test_multicategorical_matches_numpy():
+    from msrl_consistent.distributions import MultiCategorical
+    nvec = (3, 4, 2)
+    d = MultiCategorical(nvec)
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2, (64, 9)).astype(np.float32)
+    actions = np.stack([rng.integers(0, n, 64) for n in nvec], -1).astype(np.int32)
+    segs = np.split(logits.astype(np.float64), np.cumsum(nvec)[:-1], axis=1)
+    probs = [_softmax(s) for s in segs]
+    want_lp = sum(np.log(p[np.arange(64), actions[:, i]]) for i, p in enumerate(probs))
+    want_h = sum(-(p * np.log(p)).sum(-1) for p in probs)
+    lp = d.log_prob(Tensor(logits), Tensor(actions)).asnumpy()
+    h = d.entropy(Tensor(logits)).asnumpy()
+    assert np.allclose(lp, want_lp, atol=1e-5) and np.allclose(h, want_h, atol=1e-5)
+    mode = d.mode(Tensor(logits)).asnumpy()
+    assert mode.dtype == np.int32 and np.array_equal(mode, np.stack([s.argmax(-1) for s in segs], -1))
+    # Gumbel-max with the host noise: per-dimension frequencies follow the softmax
+    one = np.tile(logits[:1], (20000, 1))
+    samples = d.sample(Tensor(one), Tensor(d.noise(rng, 20000))).asnumpy()
+    for i, n in enumerate(nvec):
+        freq = np.bincount(samples[:, i], minlength=n) / len(samples)
+        assert np.abs(freq - probs[i][0]).max() < 0.015, (i, freq, probs[i][0])
+
+
+def test_bernoulli_matches_numpy():
+    from msrl_consistent.distributions import Bernoulli
+    d = Bernoulli(4)
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0, 2, (64, 4)).astype(np.float32)
+    actions = rng.integers(0, 2, (64, 4)).astype(np.int32)
+    p = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    want_lp = np.log(np.where(actions == 1, p, 1 - p)).sum(-1)
+    want_h = -(p * np.log(p) + (1 - p) * np.log(1 - p)).sum(-1)
+    assert np.allclose(d.log_prob(Tensor(logits), Tensor(actions)).asnumpy(), want_lp, atol=1e-5)
+    assert np.allclose(d.entropy(Tensor(logits)).asnumpy(), want_h, atol=1e-5)
+    assert np.array_equal(d.mode(Tensor(logits)).asnumpy(), (logits > 0).astype(np.int32))
+    one = np.tile(logits[:1], (20000, 1))
+    samples = d.sample(Tensor(one), Tensor(d.noise(rng, 20000))).asnumpy()
+    assert samples.dtype == np.int32 and np.abs(samples.mean(0) - p[0]).max() < 0.015
+
+
+def test_multi_action_checks_of_deploy_policy():
+    p = _Echo(3, None, True, 3, nvec=[3, 4, 2])
+    ok = np.array([[2, 3, 1], [0, 0, 0]], np.int32)
+    assert p.action_violation(ok, 2) is None
+    assert p.action_violation(np.array([[3, 0, 0]], np.int32), 1) == "out_of_range"
+    assert p.action_violation(np.array([[0, 4, 0]], np.int32), 1) == "out_of_range"
+    assert p.action_violation(np.array([0, 1], np.int32), 2) == "shape"
+    assert p.action_violation(ok.astype(np.float32), 2) == "shape"
