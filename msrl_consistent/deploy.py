@@ -198,6 +198,51 @@ def _bounds(f: _Fields, key: str, n: int, finite: bool) -> np.ndarray:
     return arr
 
 
+def _width(part) -> int:
+    """Values a Dict key takes in the observation row (a Discrete key: its index)."""
+    return 1 if part[1] == "Discrete" else int(np.prod(part[3]))
+
+
+def _dict_parts(f: "_Fields") -> list:
+    """[(key, "Box" | "Discrete", n, shape)] of a Dict observation, in the manifest's (sorted) key order."""
+    keys = f.get("spaces.observation.keys", "list")
+    subs = f.get("spaces.observation.spaces", "dict")
+    if (not keys or len(keys) > MAX_DIM or not all(isinstance(k, str) for k in keys) or keys != sorted(set(keys))
+            or sorted(subs) != keys):
+        raise ExportError(f"{MANIFEST}: field 'spaces.observation.keys' is {_short(keys)}, expected the sorted, "
+                          f"distinct keys of 'spaces.observation.spaces'")
+    parts = []
+    for k in keys:
+        sub = subs[k]
+        kind = sub.get("type") if isinstance(sub, dict) else None
+        if kind == "Discrete" and _is_int(sub.get("n")) and 1 <= sub["n"] <= MAX_DIM:
+            parts.append((k, "Discrete", int(sub["n"]), (1,)))
+        elif (kind == "Box" and isinstance(sub.get("shape"), list) and sub["shape"]
+              and all(_is_int(s) and 1 <= s <= MAX_DIM for s in sub["shape"])):
+            parts.append((k, "Box", 0, tuple(sub["shape"])))
+        else:
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.spaces.{k}' is {_short(sub)}, expected "
+                              f"{{'type': 'Box', 'shape': [...]}} or {{'type': 'Discrete', 'n': n}}")
+    return parts
+
+
+def column_n(obs_n: int, obs_parts, obs_dim: int) -> np.ndarray:
+    """Per column of the observation row: n of the Discrete space whose index it holds, 0 for Box values."""
+    if obs_n:
+        return np.array([obs_n], np.int64)
+    if obs_parts:
+        return np.concatenate([np.full(_width(p), p[2], np.int64) for p in obs_parts])
+    return np.zeros(obs_dim, np.int64)
+
+
+def space_text(obs_n: int, obs_parts) -> str:
+    """The observation space as act's error messages name it."""
+    if obs_n:
+        return f"Discrete({obs_n})"
+    return "Dict(" + ", ".join(f"{k}: " + (f"Discrete({n})" if kind == "Discrete" else f"Box{tuple(shape)}")
+                               for k, kind, n, shape in obs_parts) + ")"
+
+
 class Export:
     """A validated export directory (see :func:`open_export`)."""
 
@@ -214,11 +259,15 @@ class Export:
         self.env_id = f.get("env_id", "str")
         # spaces
         obs_type = f.get("spaces.observation.type", "str")
-        if obs_type not in ("Box", "Discrete"):
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' is {_short(obs_type)}, expected Box or "
-                              f"Discrete")
+        if obs_type not in ("Box", "Discrete", "Dict"):
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' is {_short(obs_type)}, expected Box, "
+                              f"Discrete or Dict")
         self.obs_n = f.int_in("spaces.observation.n", 1, MAX_DIM) if obs_type == "Discrete" else 0
+        self.obs_parts = _dict_parts(f) if obs_type == "Dict" else None
         shape = f.get("spaces.observation.shape", "list")
+        if self.obs_parts is not None and shape != [sum(_width(p) for p in self.obs_parts)]:
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, but the Dict keys "
+                              f"hold {sum(_width(p) for p in self.obs_parts)} values")
         if obs_type == "Discrete" and shape != [1]:
             raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected [1] for a "
                               f"Discrete observation (its index)")
@@ -408,8 +457,12 @@ class Export:
             raise ExportError(f"{name}: not a readable golden set ({_one_line(exc)})") from None
         if not np.isfinite(obs).all():
             raise ExportError(f"{name}: 'obs' holds non-finite values")
-        if self.obs_n and (obs.min() < 0 or obs.max() >= self.obs_n or (obs != np.round(obs)).any()):
-            raise ExportError(f"{name}: 'obs' holds values that are not Discrete({self.obs_n}) indices 0..{self.obs_n - 1}")
+        cols = column_n(self.obs_n, self.obs_parts, self.obs_dim)
+        if cols.any():
+            idx = obs[:, cols > 0]
+            if (idx < 0).any() or (idx >= cols[cols > 0]).any() or (idx != np.round(idx)).any():
+                raise ExportError(f"{name}: 'obs' holds values that are not indices of the Discrete observation "
+                                  f"space(s) {_short(cols[cols > 0].tolist())}")
         if self.nvec is not None and (actions.min() < 0 or (actions >= self.nvec).any()):
             raise ExportError(f"{name}: 'actions' holds values outside 0..nvec-1 (nvec {self.nvec.tolist()})")
         elif self.nvec is None and self.discrete and (actions.min() < 0 or actions.max() >= self.n_actions):
@@ -702,8 +755,11 @@ class Policy:
     guard: Optional["Guard"] = None
 
     def __init__(self, obs_dim: int, fixed_batch: Optional[int], discrete: bool, n_actions: int,
-                 act_low=None, act_high=None, obs_n: int = 0, nvec=None):
+                 act_low=None, act_high=None, obs_n: int = 0, nvec=None, obs_parts=None):
         self._obs_dim = int(obs_dim)
+        # Dict observations: [(key, "Box" | "Discrete", n, shape)] in the row's (sorted) key order
+        self.obs_parts = [tuple(p) for p in obs_parts] if obs_parts else None
+        self._cols = column_n(int(obs_n), self.obs_parts, self._obs_dim)
         # MultiDiscrete / MultiBinary: choices per action dimension; actions are int (B, len(nvec))
         self.nvec = None if nvec is None else np.asarray(nvec, np.int64)
         self.obs_n = int(obs_n)  # a Discrete observation space's n (0: Box)
@@ -722,6 +778,8 @@ class Policy:
         if self.obs_n:
             return self._validate_index(arr, obs)
         expected = f"float32 observations of shape ({self.obs_dim},) or (batch, {self.obs_dim})"
+        if self.obs_parts:
+            expected = f"a dict observation of {space_text(0, self.obs_parts)} or its packed {expected}"
         if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
             raise ValueError(f"expected {expected}, got dtype {arr.dtype}")
         if arr.ndim == 1:
@@ -732,7 +790,61 @@ class Policy:
         if not np.all(np.isfinite(arr)):
             bad = np.argwhere(~np.isfinite(arr))[0]
             raise ValueError(f"expected finite observations, got {arr[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
+        if self.obs_parts:  # the packed row of a Dict: its Discrete columns hold indices
+            d = self._cols > 0
+            idx = arr[:, d]
+            bad = np.argwhere((idx < 0) | (idx >= self._cols[d]) | (idx != np.round(idx)))
+            if bad.size:
+                col = int(np.nonzero(d)[0][bad[0][1]])
+                raise ValueError(f"expected {space_text(0, self.obs_parts)} observations: column {col} of the packed "
+                                 f"row holds a Discrete index, got {arr[bad[0][0], col]}")
         return arr
+
+    def pack(self, obs) -> Tuple[np.ndarray, bool]:
+        """A Dict observation (a dict of one observation per key, or of batches with a leading
+        batch axis) -> (its packed rows (B, obs_dim) in the manifest's sorted key order, single)."""
+        expected = space_text(0, self.obs_parts)
+        if not isinstance(obs, dict):
+            raise ValueError(f"expected a dict observation of {expected} (or its packed float32 rows of shape "
+                             f"(batch, {self.obs_dim})), got {type(obs).__name__}")
+        keys = [p[0] for p in self.obs_parts]
+        missing = [k for k in keys if k not in obs]
+        extra = sorted(str(k) for k in obs if k not in keys)
+        if missing or extra:
+            raise ValueError(f"expected a dict observation of {expected}: missing keys {missing}, unexpected keys {extra}")
+        cols, single, rows = [], None, None
+        for key, kind, n, shape in self.obs_parts:
+            v = np.asarray(obs[key])
+            if v.dtype == object or not (np.issubdtype(v.dtype, np.integer) or np.issubdtype(v.dtype, np.floating)
+                                         or v.dtype == bool):
+                raise ValueError(f"key {key!r} of {expected}: expected numbers, got dtype {v.dtype}")
+            if kind == "Discrete":
+                if v.ndim > 2 or (v.ndim == 2 and v.shape[1] != 1):
+                    raise ValueError(f"key {key!r} of {expected}: expected a Discrete({n}) index or a batch of them "
+                                     f"(batch,), got shape {v.shape}")
+                one = v.ndim == 0
+                flat = v.reshape(-1, 1).astype(np.float64)
+                bad = np.nonzero(~np.isfinite(flat[:, 0]) | (flat[:, 0] < 0) | (flat[:, 0] >= n)
+                                 | (flat[:, 0] != np.round(flat[:, 0])))[0]
+                if bad.size:
+                    raise ValueError(f"key {key!r} of {expected}: expected a Discrete({n}) index 0..{n - 1}, "
+                                     f"got {flat[bad[0], 0]:g}")
+            else:
+                w = int(np.prod(shape))
+                if v.shape in (tuple(shape), (w,)):
+                    one, flat = True, v.reshape(1, w)
+                elif v.ndim >= 2 and (v.shape[1:] == tuple(shape) or v.shape[1:] == (w,)):
+                    one, flat = False, v.reshape(len(v), w)
+                else:
+                    raise ValueError(f"key {key!r} of {expected}: expected shape {tuple(shape)} or (batch, "
+                                     f"{', '.join(map(str, shape))}), got {v.shape}")
+            if single is None:
+                single, rows = one, len(flat)
+            elif one != single or len(flat) != rows:
+                raise ValueError(f"key {key!r} of {expected}: {len(flat)} observation(s), the keys before it "
+                                 f"hold {rows}: every key needs the same batch")
+            cols.append(flat.astype(np.float32))
+        return np.concatenate(cols, axis=1), bool(single)
 
     def _validate_index(self, arr: np.ndarray, obs) -> np.ndarray:
         """A Discrete(n) observation: integer indices, one (a scalar) or a batch (B,) or (B, 1)."""
@@ -755,9 +867,14 @@ class Policy:
 
     def act(self, obs) -> np.ndarray:
         """The environment action for one observation (obs_dim,) or a batch (B, obs_dim); for a
-        Discrete observation space, an index or a batch of indices (B,)."""
-        single = self.is_single(obs)
-        x = self.validate(obs)
+        Discrete observation space, an index or a batch of indices (B,); for a Dict space, a dict
+        {key: one observation or a batch} (or its packed rows, the keys concatenated in sorted order)."""
+        if self.obs_parts and isinstance(obs, dict):
+            packed, single = self.pack(obs)
+            x = self.validate(packed)
+        else:
+            single = self.is_single(obs)
+            x = self.validate(obs)
         out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
         if self.recorder is not None:
             self.recorder.record(x, out)
@@ -878,7 +995,8 @@ class ExportPolicy(Policy):
 
     def __init__(self, export: Export, runner: Runner):
         super().__init__(export.obs_dim, runner.fixed_batch, export.discrete, export.n_actions,
-                         export.act_low, export.act_high, obs_n=export.obs_n, nvec=export.nvec)
+                         export.act_low, export.act_high, obs_n=export.obs_n, nvec=export.nvec,
+                         obs_parts=export.obs_parts)
         self.export = export
         self.runner = runner
         self.backend = runner.backend

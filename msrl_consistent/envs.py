@@ -38,6 +38,9 @@ class SpaceSpec:
     obs_n: int = 0          # Discrete observations: the number of values
     act_kind: str = ""      # Discrete | Box | MultiDiscrete | MultiBinary ("" : Discrete or Box from `discrete`)
     nvec: Tuple[int, ...] = ()
+    obs_parts: Tuple[Tuple[str, str, int, Tuple[int, ...]], ...] = ()
+    """Dict observations: (key, "Box" | "Discrete", n, shape) per key, in the sorted key order in
+    which the row concatenates them (a Box key flattened, a Discrete key as its index)."""
 
     def __post_init__(self):
         if not self.act_kind:
@@ -46,6 +49,16 @@ class SpaceSpec:
     @property
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
+
+    @property
+    def column_n(self) -> np.ndarray:
+        """Per column of the observation row: n of the Discrete space it holds the index of, 0 for Box."""
+        if self.obs_kind == "Discrete":
+            return np.array([self.obs_n], np.int64)
+        if self.obs_kind == "Dict":
+            return np.concatenate([np.full(int(np.prod(shape)), n if kind == "Discrete" else 0, np.int64)
+                                   for _, kind, n, shape in self.obs_parts])
+        return np.zeros(self.obs_dim, np.int64)
 
     @property
     def action_shape(self) -> Tuple[int, ...]:
@@ -62,6 +75,11 @@ class SpaceSpec:
              "low": _jsonable(self.obs_low), "high": _jsonable(self.obs_high)}
         if self.obs_kind == "Discrete":
             o["type"], o["n"] = "Discrete", self.obs_n
+        if self.obs_kind == "Dict":
+            o["type"] = "Dict"
+            o["keys"] = [k for k, _, _, _ in self.obs_parts]
+            o["spaces"] = {k: ({"type": "Discrete", "n": n} if kind == "Discrete" else {"type": "Box", "shape": list(shape)})
+                           for k, kind, n, shape in self.obs_parts}
         d = {"observation": o}
         if self.act_kind == "Discrete":
             d["action"] = {"type": "Discrete", "n": self.n_actions, "dtype": "int32"}
@@ -80,7 +98,9 @@ class SpaceSpec:
         o, a = d["observation"], d["action"]
         obs_low = np.asarray(_unjson(o["low"]), dtype=np.float32)
         obs_high = np.asarray(_unjson(o["high"]), dtype=np.float32)
-        ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)))
+        parts = tuple((k, o["spaces"][k]["type"], int(o["spaces"][k].get("n", 0)),
+                       tuple(o["spaces"][k].get("shape", [1]))) for k in o.get("keys", []))
+        ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)), obs_parts=parts)
         if a["type"] == "Discrete":
             return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]), **ob)
         if a["type"] == "MultiDiscrete":
@@ -97,6 +117,11 @@ class SpaceSpec:
         them: float32 rows; Discrete observations are integer indices."""
         if self.obs_kind == "Discrete":
             return rng.integers(0, self.obs_n, (n, 1)).astype(np.float32)
+        if self.obs_kind == "Dict":
+            cols = self.column_n
+            x = rng.uniform(low, high, (n, self.obs_dim))
+            idx = np.floor(rng.random((n, self.obs_dim)) * np.maximum(cols, 1))
+            return np.where(cols > 0, idx, x).astype(np.float32)
         return rng.uniform(low, high, (n, self.obs_dim)).astype(np.float32)
 
 
@@ -110,8 +135,8 @@ def _unjson(values: list) -> list:
 
 
 def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
-    """Check the spaces are supported (Box or Discrete observations; Box, Discrete, MultiDiscrete or
-    MultiBinary actions)."""
+    """Check the spaces are supported (Box, Discrete or Dict-of-those observations; Box, Discrete,
+    MultiDiscrete or MultiBinary actions)."""
     from gymnasium import spaces
 
     who = f"environment {env_id!r}: " if env_id else ""
@@ -129,10 +154,31 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
         obs_shape = tuple(observation_space.shape)
         obs_low = np.asarray(observation_space.low, np.float32).ravel()
         obs_high = np.asarray(observation_space.high, np.float32).ravel()
+    elif isinstance(observation_space, spaces.Dict):
+        obs_kind = "Dict"
+        parts, lows, highs = [], [], []
+        for key in sorted(observation_space.spaces):
+            sub = observation_space.spaces[key]
+            try:
+                s = space_spec(sub, spaces.Discrete(2))
+            except ConfigError as exc:
+                raise ConfigError(f"{who}Dict observation key {key!r}: {exc}") from None
+            if s.obs_kind == "Dict":
+                raise ConfigError(f"{who}Dict observation key {key!r} is a Dict; nested Dict observations are "
+                                  f"not supported (flatten them into one level of keys)")
+            parts.append((str(key), s.obs_kind, s.obs_n, tuple(s.obs_shape) if s.obs_kind == "Box" else (1,)))
+            lows.append(s.obs_low)
+            highs.append(s.obs_high)
+        if not parts:
+            raise ConfigError(f"{who}the Dict observation space has no keys")
+        obs_low, obs_high = np.concatenate(lows), np.concatenate(highs)
+        obs_shape = (int(obs_low.size),)
     else:
         raise ConfigError(f"{who}unsupported observation space {type(observation_space).__name__} "
-                          f"({observation_space}); msrl-consistent supports Box and Discrete observations")
+                          f"({observation_space}); msrl-consistent supports Box, Discrete and Dict observations")
     ob = dict(obs_kind=obs_kind, obs_n=obs_n)
+    if obs_kind == "Dict":
+        ob["obs_parts"] = tuple(parts)
     if isinstance(action_space, spaces.Discrete):
         if int(action_space.start) != 0:
             raise ConfigError(f"{who}unsupported Discrete action space with start={action_space.start}; expected start 0")
@@ -159,6 +205,15 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
         return SpaceSpec(obs_shape, obs_low, obs_high, False, int(action_space.shape[0]), low, high, **ob)
     raise ConfigError(f"{who}unsupported action space {type(action_space).__name__} ({action_space}); "
                       f"msrl-consistent supports Box, Discrete, MultiDiscrete and MultiBinary actions")
+
+
+def flat_obs(obs, n: int) -> np.ndarray:
+    """A batch of ``n`` observations as the policy cell's rows, float32 (n, obs_dim): a Box
+    flattened, a Discrete index as one value, a Dict (of arrays with a leading batch axis, or one
+    observation when n == 1) concatenated in sorted key order (SpaceSpec.obs_parts)."""
+    if isinstance(obs, dict):
+        return np.concatenate([np.asarray(obs[k], np.float32).reshape(n, -1) for k in sorted(obs)], axis=1)
+    return np.asarray(obs, dtype=np.float32).reshape(n, -1)
 
 
 def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
@@ -198,7 +253,7 @@ def seed_vec_env(venv, seed: int) -> np.ndarray:
     obs, _ = venv.reset(seed=[seed + i for i in range(n)])
     venv.action_space.seed(seed)
     venv.single_action_space.seed(seed)
-    return np.asarray(obs, dtype=np.float32).reshape(n, -1)
+    return flat_obs(obs, n)
 
 
 def step_transitions(venv, actions: np.ndarray):
@@ -208,14 +263,14 @@ def step_transitions(venv, actions: np.ndarray):
     there it is the true final observation of the ended episode (from ``info['final_obs']``).
     """
     obs, reward, terminated, truncated, info = venv.step(actions)
-    obs = np.asarray(obs, dtype=np.float32).reshape(venv.num_envs, -1)
+    obs = flat_obs(obs, venv.num_envs)
     real_next = obs
     if "_final_obs" in info:
         mask = info["_final_obs"]
         if np.any(mask):
             real_next = obs.copy()
             for i in np.nonzero(mask)[0]:
-                real_next[i] = np.asarray(info["final_obs"][i], dtype=np.float32).reshape(-1)
+                real_next[i] = flat_obs(info["final_obs"][i], 1)[0]
     return (obs, np.asarray(reward, dtype=np.float32), np.asarray(terminated, dtype=bool),
             np.asarray(truncated, dtype=bool), real_next)
 

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from .config import EnvConfig
-from .envs import make_env, space_spec
+from .envs import flat_obs, make_env, space_spec
 
 Act = Callable[[np.ndarray], np.ndarray]
 
@@ -43,7 +43,7 @@ def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step
             done, ret, t = False, 0.0, 0
             traj_obs, traj_act, traj_ref = [], [], []
             while not done:
-                batch = np.asarray(obs, np.float32).reshape(1, -1)
+                batch = flat_obs(obs, 1)
                 t0 = time.perf_counter()
                 action = np.asarray(act(batch))
                 latencies.append(time.perf_counter() - t0)
@@ -97,7 +97,7 @@ def run_episodes_batched(env_cfg: EnvConfig, act: Act, episodes: int, seed: int)
     try:
         obs, _ = venv.reset(seed=[seed + i for i in range(episodes)])
         while not done.all():
-            batch = np.asarray(obs, np.float32).reshape(episodes, -1)
+            batch = flat_obs(obs, episodes)
             t0 = time.perf_counter()
             action = np.asarray(act(batch))
             latencies.append(time.perf_counter() - t0)

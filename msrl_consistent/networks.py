@@ -130,11 +130,51 @@ class OneHot(nn.Cell):
         return ops.cast(ops.equal(x, self.values), ms.float32)
 
 
+class DictEncoder(nn.Cell):
+    """A Dict observation row (its keys' values concatenated in sorted key order, a Discrete key
+    as its index) -> the keys' features in the same order: a Box key's values as they are, a
+    Discrete key one-hot. One constant Gather picks, for every feature, the row column it comes
+    from; Equal against a constant gives the one-hot features; a constant 0/1 mask chooses
+    between the two (``x * 1 + 0`` and ``x * 0 + onehot`` are exact), so the exported graph is
+    Gather, Equal, Cast, Mul, Add for any mix of keys (no list op, no OneHot op)."""
+
+    def __init__(self, parts):
+        super().__init__()
+        src, values, is_box = [], [], []
+        col = 0
+        for _, kind, n, shape in parts:
+            if kind == "Discrete":
+                src += [col] * n
+                values += list(range(n))
+                is_box += [0.0] * n
+                col += 1
+            else:
+                w = int(np.prod(shape))
+                src += list(range(col, col + w))
+                values += [-1.0] * w  # never equal: the Box features take the raw value
+                is_box += [1.0] * w
+                col += w
+        self.out_dim = len(src)
+        self.src = Tensor(np.asarray(src, np.int32))
+        self.values = Tensor(np.asarray(values, np.float32))
+        self.box = Tensor(np.asarray(is_box, np.float32))
+        self.onehot_mask = Tensor(1.0 - np.asarray(is_box, np.float32))
+
+    def construct(self, x):
+        g = ops.gather(x, self.src, 1)
+        onehot = ops.cast(ops.equal(g, self.values), ms.float32)
+        return g * self.box + onehot * self.onehot_mask
+
+
 def obs_encoder(spec):
     """(encoder cell or None, features width) for the observation space: None for a Box (the
-    network sees the normalized row as before), OneHot for a Discrete observation."""
+    network sees the normalized row as before), OneHot for a Discrete observation, DictEncoder
+    for a Dict (each key's encoder, concatenated in the sorted key order of SpaceSpec.obs_parts)."""
     if spec.obs_kind == "Discrete":
         return OneHot(spec.obs_n), spec.obs_n
+    if spec.obs_kind == "Dict":
+        enc = DictEncoder(spec.obs_parts)
+        return enc, enc.out_dim
     return None, spec.obs_dim
 
 
@@ -316,11 +356,11 @@ class Agent(nn.Cell):
     def __init__(self, cfg, spec):
         super().__init__()
         self.spec = spec
-        if cfg.env.normalize_obs and spec.obs_kind != "Box":
+        if cfg.env.normalize_obs and spec.column_n.any():
             from .config import ConfigError
-            raise ConfigError(f"key 'env.normalize_obs' is true, but the observation space is {spec.obs_kind} "
-                              f"(one-hot inside the policy cell); observation normalization applies to Box "
-                              f"observations: set env.normalize_obs: false")
+            raise ConfigError(f"key 'env.normalize_obs' is true, but the observation space ({spec.obs_kind}) holds "
+                              f"Discrete indices (one-hot inside the policy cell); observation normalization applies "
+                              f"to Box observations: set env.normalize_obs: false")
         self.normalizer = ObsNormalizer(spec.obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
 
     def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:

@@ -137,3 +137,64 @@ def test_multi_action_checks_of_deploy_policy():
     assert p.action_violation(np.array([[0, 4, 0]], np.int32), 1) == "out_of_range"
     assert p.action_violation(np.array([0, 1], np.int32), 2) == "shape"
     assert p.action_violation(ok.astype(np.float32), 2) == "shape"
+
+
+# -- Dict observations ------------------------------------------------------------------------------
+DICT_SPACE = spaces.Dict({"sign": spaces.Box(-1.0, 1.0, (1,), np.float32), "goal": spaces.Discrete(3),
+                          "pos": spaces.Box(-1.0, 1.0, (2, 3), np.float32)})
+
+
+def test_dict_spec_sorted_keys_round_trip_and_golden_sampling():
+    spec = space_spec(DICT_SPACE, spaces.Discrete(6), "X-v0")
+    assert spec.obs_kind == "Dict" and spec.obs_dim == 8
+    assert [p[0] for p in spec.obs_parts] == ["goal", "pos", "sign"]
+    assert spec.column_n.tolist() == [3, 0, 0, 0, 0, 0, 0, 0]
+    j = spec.to_json()["observation"]
+    assert j["keys"] == ["goal", "pos", "sign"] and j["spaces"]["pos"] == {"type": "Box", "shape": [2, 3]}
+    assert SpaceSpec.from_json(spec.to_json()).obs_parts == spec.obs_parts
+    obs = spec.sample_obs(np.random.default_rng(0), spec.obs_low, spec.obs_high, 300)
+    assert set(np.unique(obs[:, 0])) == {0.0, 1.0, 2.0}
+    assert obs[:, 1:].min() >= -1 and obs[:, 1:].max() <= 1 and len(np.unique(obs[:, 1])) > 100
+
+
+def test_dict_spaces_refused_with_the_key_named():
+    with pytest.raises(ConfigError, match="key 'inner' is a Dict; nested"):
+        space_spec(spaces.Dict({"inner": spaces.Dict({"a": spaces.Discrete(2)})}), spaces.Discrete(2), "X-v0")
+    with pytest.raises(ConfigError, match="key 'img'.*dtype uint8"):
+        space_spec(spaces.Dict({"img": spaces.Box(0, 255, (4, 4), np.uint8)}), spaces.Discrete(2), "X-v0")
+
+
+def test_dict_encoder_is_onehot_and_identity_in_key_order():
+    from msrl_consistent.envs import flat_obs
+    from msrl_consistent.networks import obs_encoder
+    spec = space_spec(DICT_SPACE, spaces.Discrete(6))
+    enc, width = obs_encoder(spec)
+    assert width == 3 + 6 + 1
+    rng = np.random.default_rng(0)
+    batch = {"goal": np.array([2, 0, 1]), "pos": rng.normal(size=(3, 2, 3)).astype(np.float32),
+             "sign": np.array([[1.0], [-1.0], [0.5]], np.float32)}
+    row = flat_obs(batch, 3)
+    out = enc(Tensor(row)).asnumpy()
+    want = np.concatenate([np.eye(3, dtype=np.float32)[batch["goal"]], batch["pos"].reshape(3, 6), batch["sign"]], 1)
+    assert np.array_equal(out, want)
+
+
+def test_dict_act_validation_names_the_space():
+    parts = space_spec(DICT_SPACE, spaces.Discrete(6)).obs_parts
+    p = _Echo(8, None, True, 6, obs_parts=parts)  # echoes column 0, the 'goal' index
+    one = {"goal": 2, "sign": np.array([1.0], np.float32), "pos": np.zeros((2, 3), np.float32)}
+    assert p.act(one) == 2 and np.ndim(p.act(one)) == 0
+    many = {"goal": np.array([0, 1]), "sign": np.ones((2, 1), np.float32), "pos": np.zeros((2, 6), np.float32)}
+    assert p.act(many).tolist() == [0, 1]
+    space = r"Dict\(goal: Discrete\(3\), pos: Box\(2, 3\), sign: Box\(1,\)\)"
+    cases = [(dict(one, goal=3), "key 'goal' of " + space + ": expected a Discrete.3. index 0..2, got 3"),
+             ({"goal": 1}, space + r": missing keys \['pos', 'sign'\]"),
+             (dict(one, extra=1), r"unexpected keys \['extra'\]"),
+             (dict(one, pos=np.zeros(5)), r"key 'pos' of .*expected shape \(2, 3\)"),
+             (dict(one, sign=np.ones((2, 1))), "every key needs the same batch"),
+             (dict(one, pos=np.array([["a"] * 3] * 2)), "expected numbers"),
+             (np.zeros(5, np.float32), space + r" or its packed"),
+             (np.full(8, 0.5, np.float32), "column 0 of the packed row holds a Discrete index")]
+    for bad, what in cases:
+        with pytest.raises(ValueError, match=what):
+            p.act(bad)
