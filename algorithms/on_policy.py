@@ -10,6 +10,7 @@ import numpy as np
 from mindspore import Tensor, nn
 
 from msrl_consistent.buffers import RolloutBuffer
+from msrl_consistent.deploy import FrameStack
 from msrl_consistent.distributions import multi_noise
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
@@ -67,9 +68,14 @@ class OnPolicyAlgorithm(Algorithm):
         venv = make_vec_env(cfg.env)
         n_envs = venv.num_envs
         act_shape = self.spec.action_shape
-        buf = RolloutBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete)
+        buf = RolloutBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete,
+                            np.dtype(self.spec.input_dtype))
+        # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed)
+        stack = FrameStack(self.spec.frame_stack, self.spec.frame_dim) if self.spec.frame_stack > 1 else None
         steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
         obs = seed_vec_env(venv, self.env_seed())
+        if stack is not None:
+            obs = stack.reset(obs)
         ep_ret = np.zeros(n_envs, np.float64)
         ep_len = np.zeros(n_envs, np.int64)
         reward_norm = self._reward_normalizer(n_envs) if cfg.env.normalize_reward else None
@@ -87,6 +93,9 @@ class OnPolicyAlgorithm(Algorithm):
                     env_a, a = env_a.asnumpy(), a.asnumpy()
                     t1 = clock()
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
+                    if stack is not None:
+                        real_next = stack.peek(real_next)  # an ended episode's true final stack
+                        next_obs = stack.push(next_obs, term | trunc)
                     t2 = clock()
                     stored = rew
                     if reward_norm is not None:

@@ -86,7 +86,7 @@ class ActorCriticAgent(Agent):
     def __init__(self, cfg, spec, rng: np.random.Generator):
         super().__init__(cfg, spec)
         pc = cfg.policy
-        encoder, obs_dim = obs_encoder(spec)  # one-hot of a Discrete observation, inside the cell
+        encoder, obs_dim = obs_encoder(spec, rng, pc)  # one-hot / Dict keys / image CNN, inside the cell
         out = spec.logits_dim
         if pc.shared:
             trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)

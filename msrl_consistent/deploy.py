@@ -259,9 +259,24 @@ class Export:
         self.env_id = f.get("env_id", "str")
         # spaces
         obs_type = f.get("spaces.observation.type", "str")
-        if obs_type not in ("Box", "Discrete", "Dict"):
+        if obs_type not in ("Box", "Discrete", "Dict", "Image"):
             raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' is {_short(obs_type)}, expected Box, "
-                              f"Discrete or Dict")
+                              f"Discrete, Dict or Image")
+        self.obs_type = obs_type
+        fs = manifest["spaces"]["observation"].get("frame_stack") if isinstance(manifest["spaces"].get("observation"), dict) else None
+        self.frame_stack = 1
+        if fs is not None:
+            if (not isinstance(fs, dict) or fs.get("kind") != FrameStack.KIND or fs.get("order") != FrameStack.ORDER
+                    or not _is_int(fs.get("k")) or not 2 <= fs["k"] <= 64 or obs_type not in ("Box", "Image")):
+                raise ExportError(f"{MANIFEST}: field 'spaces.observation.frame_stack' is {_short(fs)}, expected "
+                                  f"{{'kind': 'frame_stack', 'k': 2..64, 'order': 'oldest_first'}} on a Box or Image")
+            self.frame_stack = fs["k"]
+        self.image_layout = None
+        if obs_type == "Image":
+            self.image_layout = f.get("spaces.observation.layout", "str")
+            if self.image_layout not in ("HWC", "CHW") or f.get("spaces.observation.dtype", "str") != "uint8":
+                raise ExportError(f"{MANIFEST}: an Image observation needs 'layout' HWC or CHW and dtype uint8")
+        self.input_dtype = "uint8" if obs_type == "Image" else "float32"
         self.obs_n = f.int_in("spaces.observation.n", 1, MAX_DIM) if obs_type == "Discrete" else 0
         self.obs_parts = _dict_parts(f) if obs_type == "Dict" else None
         shape = f.get("spaces.observation.shape", "list")
@@ -274,9 +289,14 @@ class Export:
         if not shape or not all(_is_int(s) and 1 <= s <= MAX_DIM for s in shape) or int(np.prod(shape)) > MAX_DIM:
             raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected "
                               f"positive sizes of at most {MAX_DIM} elements in all")
-        self.obs_dim = int(np.prod(shape))
-        self.obs_low = _bounds(f, "spaces.observation.low", self.obs_dim, False)
-        self.obs_high = _bounds(f, "spaces.observation.high", self.obs_dim, False)
+        self.frame_shape = tuple(shape)
+        self.frame_dim = int(np.prod(shape))
+        self.obs_dim = self.frame_dim * self.frame_stack  # the model's input row: k frames
+        if self.obs_dim > MAX_DIM * 64:
+            raise ExportError(f"{MANIFEST}: the observation row holds {self.obs_dim} values (at most {MAX_DIM * 64})")
+        if obs_type != "Image":
+            self.obs_low = _bounds(f, "spaces.observation.low", self.frame_dim, False)
+            self.obs_high = _bounds(f, "spaces.observation.high", self.frame_dim, False)
         kind = f.get("spaces.action.type", "str")
         self.act_kind = kind
         self.act_low = self.act_high = None
@@ -348,8 +368,9 @@ class Export:
         if in_shape != [want_b, self.obs_dim]:
             raise ExportError(f"{MANIFEST}: field 'io.input.shape' is {_short(in_shape)}, but the observation space "
                               f"and export batch give {_short([want_b, self.obs_dim])}")
-        if f.get("io.input.dtype", "str") != "float32":
-            raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be float32")
+        if f.get("io.input.dtype", "str") != self.input_dtype:
+            raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be {self.input_dtype} for a {obs_type} "
+                              f"observation")
         self.input_name = f.get("io.input.name", "str")
         out_shape = f.get("io.output.shape", "list")
         want_out = [want_b] + ([] if kind == "Discrete" else [self.n_actions])
@@ -421,7 +442,7 @@ class Export:
         """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
         name = self.golden_file
         path = self.path(name)
-        want = {"obs": ((self.golden_count, self.obs_dim), np.dtype(np.float32)),
+        want = {"obs": ((self.golden_count, self.obs_dim), np.dtype(self.input_dtype)),
                 "actions": (((self.golden_count,), np.dtype(np.int32)) if self.act_kind == "Discrete"
                             else ((self.golden_count, self.n_actions), np.dtype(np.int32 if self.discrete else np.float32)))}
         size = os.path.getsize(path)
@@ -469,7 +490,7 @@ class Export:
             raise ExportError(f"{name}: 'actions' holds indices outside 0..{self.n_actions - 1}")
         if not self.discrete and not np.isfinite(actions).all():
             raise ExportError(f"{name}: 'actions' holds non-finite values")
-        return np.ascontiguousarray(obs, np.float32), np.ascontiguousarray(actions)
+        return np.ascontiguousarray(obs, self.input_dtype), np.ascontiguousarray(actions)
 
 
 def _inside(directory: str, root: str, name: str, prefix: str = "") -> str:
@@ -586,7 +607,7 @@ def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id:
     runner = Runner(backend, run, fixed, info)
     if probe:  # the manifest's input shape; a dynamic batch claim is probed at two sizes
         for b in ([fixed] if fixed else sorted({export.golden_batch, 3})):
-            x = np.zeros((b, export.obs_dim), np.float32)
+            x = np.zeros((b, export.obs_dim), export.input_dtype)
             try:
                 out = np.asarray(run(x))
             except Exception as exc:
@@ -755,8 +776,14 @@ class Policy:
     guard: Optional["Guard"] = None
 
     def __init__(self, obs_dim: int, fixed_batch: Optional[int], discrete: bool, n_actions: int,
-                 act_low=None, act_high=None, obs_n: int = 0, nvec=None, obs_parts=None):
+                 act_low=None, act_high=None, obs_n: int = 0, nvec=None, obs_parts=None, image=None,
+                 frame_stack: int = 1):
         self._obs_dim = int(obs_dim)
+        # Image observations: {"shape": the env's frame shape, "layout": HWC | CHW}; uint8 model input
+        self.image = dict(image) if image else None
+        self.frame_stack = int(frame_stack)
+        self.frame_dim = self._obs_dim // self.frame_stack
+        self._stack = FrameStack(self.frame_stack, self.frame_dim) if self.frame_stack > 1 else None
         # Dict observations: [(key, "Box" | "Discrete", n, shape)] in the row's (sorted) key order
         self.obs_parts = [tuple(p) for p in obs_parts] if obs_parts else None
         self._cols = column_n(int(obs_n), self.obs_parts, self._obs_dim)
@@ -773,10 +800,59 @@ class Policy:
     def obs_dim(self) -> int:
         return self._obs_dim
 
+    def image_text(self) -> str:
+        shape = tuple(self.image["shape"])
+        return f"Image{shape} uint8 frames (values 0..255) of shape {shape} or (batch, {', '.join(map(str, shape))})"
+
+    def _pixels(self, arr: np.ndarray, obs, width: int, what: str) -> np.ndarray:
+        """uint8 rows (B, width) from pixel values: uint8, or integers / floats that are integral in 0..255."""
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise ValueError(f"expected {what}, got dtype {arr.dtype}")
+        if arr.dtype != np.uint8:
+            flat = arr.astype(np.float64).reshape(-1)
+            bad = np.nonzero(~np.isfinite(flat) | (flat < 0) | (flat > 255) | (flat != np.round(flat)))[0]
+            if bad.size:
+                raise ValueError(f"expected {what}, got {flat[bad[0]]:g} at flat index {int(bad[0])}")
+        return np.ascontiguousarray(arr.reshape(-1, width), dtype=np.uint8)
+
+    def frames(self, obs) -> Tuple[np.ndarray, bool]:
+        """One observation or a batch as frame rows (B, frame_dim), and whether it was one."""
+        arr = np.asarray(obs)
+        if self.image is not None:
+            shape = tuple(self.image["shape"])
+            what = self.image_text()
+            if arr.shape in (shape, (self.frame_dim,)):
+                single = True
+            elif arr.ndim >= 2 and arr.shape[1:] in (shape, (self.frame_dim,)) and arr.shape[0] >= 1:
+                single = False
+            else:
+                raise ValueError(f"expected {what}, got shape {arr.shape}")
+            return self._pixels(arr, obs, self.frame_dim, what), single
+        if arr.ndim not in (1, 2) or arr.shape[-1] != self.frame_dim:
+            raise ValueError(f"expected float32 observations of shape ({self.frame_dim},) or (batch, {self.frame_dim}) "
+                             f"(this policy stacks the {self.frame_stack} latest itself), got shape {arr.shape}")
+        rows = arr.reshape(-1, self.frame_dim)
+        if rows.dtype == object or not np.issubdtype(rows.dtype, np.floating) or not np.all(np.isfinite(rows)):
+            raise ValueError(f"expected finite float32 observations of shape ({self.frame_dim},) or (batch, "
+                             f"{self.frame_dim}), got dtype {rows.dtype}")
+        return np.ascontiguousarray(rows, np.float32), arr.ndim == 1
+
+    def reset_frames(self) -> None:
+        """Start new episodes: the frame stack restarts (zeros, then the next observation)."""
+        if self._stack is not None:
+            self._stack.buf = None
+
     def validate(self, obs) -> np.ndarray:
         arr = np.asarray(obs)
         if self.obs_n:
             return self._validate_index(arr, obs)
+        if self.image is not None:  # model-input rows: k frames of raw pixels
+            what = f"uint8 rows of shape (batch, {self.obs_dim}) ({self.frame_stack} x {self.image_text()})"
+            if arr.ndim == 1:
+                arr = arr.reshape(1, -1)
+            if arr.ndim != 2 or arr.shape[1] != self.obs_dim or arr.shape[0] < 1:
+                raise ValueError(f"expected {what}, got shape {np.shape(obs)}")
+            return self._pixels(arr, obs, self.obs_dim, what)
         expected = f"float32 observations of shape ({self.obs_dim},) or (batch, {self.obs_dim})"
         if self.obs_parts:
             expected = f"a dict observation of {space_text(0, self.obs_parts)} or its packed {expected}"
@@ -872,6 +948,10 @@ class Policy:
         if self.obs_parts and isinstance(obs, dict):
             packed, single = self.pack(obs)
             x = self.validate(packed)
+        elif self.image is not None or self._stack is not None:
+            x, single = self.frames(obs)
+            if self._stack is not None:  # the same FrameStack as the training loop
+                x = self._stack.push(x)
         else:
             single = self.is_single(obs)
             x = self.validate(obs)
@@ -996,7 +1076,9 @@ class ExportPolicy(Policy):
     def __init__(self, export: Export, runner: Runner):
         super().__init__(export.obs_dim, runner.fixed_batch, export.discrete, export.n_actions,
                          export.act_low, export.act_high, obs_n=export.obs_n, nvec=export.nvec,
-                         obs_parts=export.obs_parts)
+                         obs_parts=export.obs_parts, frame_stack=export.frame_stack,
+                         image=None if export.image_layout is None else
+                         {"shape": export.frame_shape, "layout": export.image_layout})
         self.export = export
         self.runner = runner
         self.backend = runner.backend
@@ -1060,6 +1142,53 @@ def open_export_backend_check(export: Export, backend: str) -> None:
                           f"{backend}{hint}")
 
 
+# -- frame stacking -----------------------------------------------------------------------------
+class FrameStack:
+    """The k most recent observation rows of each of B streams, oldest first, concatenated:
+    (B, k * d). A stream starts (and restarts, ``reset_mask``) with zeros and its first row last,
+    as Stable-Baselines3's VecFrameStack. What cannot be a pure function of one frame lives here,
+    outside the policy cell; the training loop (algorithms/on_policy.py), the episode runner and
+    the deployed ``Policy.act`` all use this class, and the manifest records it
+    (``spaces.observation.frame_stack``: kind, k, order) so load_policy / verify reproduce it."""
+
+    KIND = "frame_stack"
+    ORDER = "oldest_first"
+
+    def __init__(self, k: int, width: int):
+        self.k, self.width = int(k), int(width)
+        self.buf: Optional[np.ndarray] = None
+
+    def reset(self, rows: np.ndarray) -> np.ndarray:
+        """Start every stream with ``rows`` (B, d); returns the stacked rows (B, k * d)."""
+        rows = np.asarray(rows)
+        self.buf = np.zeros((len(rows), self.k * self.width), rows.dtype)
+        self.buf[:, -self.width:] = rows
+        return self.buf.copy()
+
+    def push(self, rows: np.ndarray, reset_mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """Append ``rows``; the streams of ``reset_mask`` restart (zeros, then the row)."""
+        rows = np.asarray(rows)
+        if self.buf is None or len(self.buf) != len(rows):
+            return self.reset(rows)
+        self.buf[:, :-self.width] = self.buf[:, self.width:].copy()
+        self.buf[:, -self.width:] = rows
+        if reset_mask is not None and np.any(reset_mask):
+            self.buf[np.asarray(reset_mask, bool), :-self.width] = 0
+        return self.buf.copy()
+
+    def peek(self, rows: np.ndarray) -> np.ndarray:
+        """The stacked rows ``push(rows)`` would give, without changing the state (the true final
+        observation of an ended episode, for the value bootstrap)."""
+        rows = np.asarray(rows)
+        out = np.empty_like(self.buf)
+        out[:, :-self.width] = self.buf[:, self.width:]
+        out[:, -self.width:] = rows
+        return out
+
+    def spec(self) -> dict:
+        return {"kind": self.KIND, "k": self.k, "order": self.ORDER}
+
+
 # -- checking -----------------------------------------------------------------------------------
 def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: float) -> dict:
     """The golden-set comparison of ``msrl verify`` and ``check``: discrete actions identical,
@@ -1114,7 +1243,7 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
 
 
 def latency(policy: Policy, obs: np.ndarray, batch: int, seconds: float = 1.0, min_calls: int = 30) -> dict:
-    rows = np.resize(obs, (batch, obs.shape[1])).astype(np.float32)
+    rows = np.resize(obs, (batch, obs.shape[1])).astype(obs.dtype)
     times = []
     t_end = time.perf_counter() + seconds
     while len(times) < min_calls or (time.perf_counter() < t_end and len(times) < 10_000):

@@ -9,7 +9,7 @@ every ended sub-env, so truncated episodes bootstrap from it and terminated ones
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import numpy as np
@@ -41,6 +41,26 @@ class SpaceSpec:
     obs_parts: Tuple[Tuple[str, str, int, Tuple[int, ...]], ...] = ()
     """Dict observations: (key, "Box" | "Discrete", n, shape) per key, in the sorted key order in
     which the row concatenates them (a Box key flattened, a Discrete key as its index)."""
+    image_layout: str = ""  # Image observations: "HWC" (channels last) or "CHW" (channels first)
+    frame_stack: int = 1    # k observations per row, oldest first (deploy.FrameStack)
+
+    @property
+    def frame_dim(self) -> int:
+        """Values of one observation (one frame) in the row."""
+        return int(np.prod(self.obs_shape))
+
+    @property
+    def image_hwc(self) -> Tuple[int, int, int]:
+        """(height, width, channels) of an image observation."""
+        s = tuple(self.obs_shape)
+        if len(s) == 2:
+            return (s[0], s[1], 1)
+        return (s[0], s[1], s[2]) if self.image_layout == "HWC" else (s[1], s[2], s[0])
+
+    @property
+    def input_dtype(self) -> str:
+        """dtype of the policy cell's input: uint8 for images (the raw frame), else float32."""
+        return "uint8" if self.obs_kind == "Image" else "float32"
 
     def __post_init__(self):
         if not self.act_kind:
@@ -48,7 +68,8 @@ class SpaceSpec:
 
     @property
     def obs_dim(self) -> int:
-        return int(np.prod(self.obs_shape))
+        """Width of the policy cell's input row: k stacked observations."""
+        return int(np.prod(self.obs_shape)) * self.frame_stack
 
     @property
     def column_n(self) -> np.ndarray:
@@ -75,6 +96,13 @@ class SpaceSpec:
              "low": _jsonable(self.obs_low), "high": _jsonable(self.obs_high)}
         if self.obs_kind == "Discrete":
             o["type"], o["n"] = "Discrete", self.obs_n
+        if self.obs_kind == "Image":
+            o.update({"type": "Image", "dtype": "uint8", "layout": self.image_layout, "low": 0, "high": 255})
+        else:
+            d_ = self.frame_dim
+            o["low"], o["high"] = _jsonable(self.obs_low[:d_]), _jsonable(self.obs_high[:d_])
+        if self.frame_stack > 1:
+            o["frame_stack"] = {"kind": "frame_stack", "k": self.frame_stack, "order": "oldest_first"}
         if self.obs_kind == "Dict":
             o["type"] = "Dict"
             o["keys"] = [k for k, _, _, _ in self.obs_parts]
@@ -96,11 +124,17 @@ class SpaceSpec:
     @staticmethod
     def from_json(d: dict) -> "SpaceSpec":
         o, a = d["observation"], d["action"]
-        obs_low = np.asarray(_unjson(o["low"]), dtype=np.float32)
-        obs_high = np.asarray(_unjson(o["high"]), dtype=np.float32)
+        k = int(o.get("frame_stack", {}).get("k", 1))
+        if o["type"] == "Image":
+            size = int(np.prod(o["shape"])) * k
+            obs_low, obs_high = np.zeros(size, np.float32), np.full(size, 255.0, np.float32)
+        else:
+            obs_low = np.tile(np.asarray(_unjson(o["low"]), dtype=np.float32), k)
+            obs_high = np.tile(np.asarray(_unjson(o["high"]), dtype=np.float32), k)
         parts = tuple((k, o["spaces"][k]["type"], int(o["spaces"][k].get("n", 0)),
                        tuple(o["spaces"][k].get("shape", [1]))) for k in o.get("keys", []))
-        ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)), obs_parts=parts)
+        ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)), obs_parts=parts, frame_stack=k,
+                  image_layout=o.get("layout", ""))
         if a["type"] == "Discrete":
             return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]), **ob)
         if a["type"] == "MultiDiscrete":
@@ -117,6 +151,8 @@ class SpaceSpec:
         them: float32 rows; Discrete observations are integer indices."""
         if self.obs_kind == "Discrete":
             return rng.integers(0, self.obs_n, (n, 1)).astype(np.float32)
+        if self.obs_kind == "Image":
+            return rng.integers(0, 256, (n, self.obs_dim)).astype(np.uint8)
         if self.obs_kind == "Dict":
             cols = self.column_n
             x = rng.uniform(low, high, (n, self.obs_dim))
@@ -140,7 +176,7 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
     from gymnasium import spaces
 
     who = f"environment {env_id!r}: " if env_id else ""
-    obs_kind, obs_n = "Box", 0
+    obs_kind, obs_n, image_layout = "Box", 0, ""
     if isinstance(observation_space, spaces.Discrete):
         if int(observation_space.start) != 0:
             raise ConfigError(f"{who}unsupported Discrete observation space with start={observation_space.start}; "
@@ -148,9 +184,28 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
         obs_kind, obs_n = "Discrete", int(observation_space.n)
         obs_shape = (1,)
         obs_low, obs_high = np.zeros(1, np.float32), np.full(1, obs_n - 1, np.float32)
+    elif isinstance(observation_space, spaces.Box) and observation_space.dtype == np.uint8:
+        shape = tuple(observation_space.shape)
+        if len(shape) == 3 and shape[-1] in (1, 3, 4):
+            layout = "HWC"
+        elif len(shape) == 3 and shape[0] in (1, 3, 4):
+            layout = "CHW"
+        elif len(shape) == 2:
+            layout = "HWC"
+        else:
+            raise ConfigError(f"{who}unsupported uint8 observation shape {shape}; an image is (height, width), "
+                              f"(height, width, channels) or (channels, height, width) with 1, 3 or 4 channels")
+        if np.any(observation_space.low != 0) or np.any(observation_space.high != 255):
+            raise ConfigError(f"{who}uint8 image observations must span 0..255 (the cell divides by 255); got "
+                              f"low {observation_space.low.min()}..high {observation_space.high.max()}")
+        obs_kind, obs_shape = "Image", shape
+        obs_low = np.zeros(int(np.prod(shape)), np.float32)
+        obs_high = np.full(int(np.prod(shape)), 255.0, np.float32)
+        image_layout = layout
     elif isinstance(observation_space, spaces.Box):
         if not np.issubdtype(observation_space.dtype, np.floating):
-            raise ConfigError(f"{who}unsupported observation dtype {observation_space.dtype}; expected a float Box")
+            raise ConfigError(f"{who}unsupported observation dtype {observation_space.dtype}; expected a float Box "
+                              f"(or a uint8 image)")
         obs_shape = tuple(observation_space.shape)
         obs_low = np.asarray(observation_space.low, np.float32).ravel()
         obs_high = np.asarray(observation_space.high, np.float32).ravel()
@@ -163,9 +218,9 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
                 s = space_spec(sub, spaces.Discrete(2))
             except ConfigError as exc:
                 raise ConfigError(f"{who}Dict observation key {key!r}: {exc}") from None
-            if s.obs_kind == "Dict":
-                raise ConfigError(f"{who}Dict observation key {key!r} is a Dict; nested Dict observations are "
-                                  f"not supported (flatten them into one level of keys)")
+            if s.obs_kind in ("Dict", "Image"):
+                raise ConfigError(f"{who}Dict observation key {key!r} is a {s.obs_kind}; Dict observations hold "
+                                  f"Box and Discrete keys (nested Dicts and images inside a Dict are not supported)")
             parts.append((str(key), s.obs_kind, s.obs_n, tuple(s.obs_shape) if s.obs_kind == "Box" else (1,)))
             lows.append(s.obs_low)
             highs.append(s.obs_high)
@@ -176,7 +231,7 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
     else:
         raise ConfigError(f"{who}unsupported observation space {type(observation_space).__name__} "
                           f"({observation_space}); msrl-consistent supports Box, Discrete and Dict observations")
-    ob = dict(obs_kind=obs_kind, obs_n=obs_n)
+    ob = dict(obs_kind=obs_kind, obs_n=obs_n, image_layout=image_layout)
     if obs_kind == "Dict":
         ob["obs_parts"] = tuple(parts)
     if isinstance(action_space, spaces.Discrete):
@@ -213,7 +268,10 @@ def flat_obs(obs, n: int) -> np.ndarray:
     observation when n == 1) concatenated in sorted key order (SpaceSpec.obs_parts)."""
     if isinstance(obs, dict):
         return np.concatenate([np.asarray(obs[k], np.float32).reshape(n, -1) for k in sorted(obs)], axis=1)
-    return np.asarray(obs, dtype=np.float32).reshape(n, -1)
+    arr = np.asarray(obs)
+    if arr.dtype == np.uint8:  # an image: the raw frame is the cell's input
+        return arr.reshape(n, -1)
+    return np.asarray(arr, dtype=np.float32).reshape(n, -1)
 
 
 def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
@@ -278,6 +336,13 @@ def step_transitions(venv, actions: np.ndarray):
 def env_spec(env_cfg: EnvConfig) -> SpaceSpec:
     env = make_env(env_cfg)
     try:
-        return space_spec(env.observation_space, env.action_space, env_cfg.id)
+        spec = space_spec(env.observation_space, env.action_space, env_cfg.id)
     finally:
         env.close()
+    k = int(getattr(env_cfg, "frame_stack", 1) or 1)
+    if k > 1:
+        if spec.obs_kind not in ("Box", "Image"):
+            raise ConfigError(f"key 'env.frame_stack' is {k}, but the observation space is {spec.obs_kind}; frame "
+                              f"stacking applies to Box and image observations")
+        spec = replace(spec, frame_stack=k, obs_low=np.tile(spec.obs_low, k), obs_high=np.tile(spec.obs_high, k))
+    return spec

@@ -166,10 +166,132 @@ class DictEncoder(nn.Cell):
         return g * self.box + onehot * self.onehot_mask
 
 
-def obs_encoder(spec):
+# ---------------------------------------------------------------------------------------
+# Image observations: the whole preprocessing inside the cell, then a convolutional trunk
+# ---------------------------------------------------------------------------------------
+GRAY_WEIGHTS = (0.299, 0.587, 0.114)
+"""RGB -> gray luma weights (ITU-R BT.601, as OpenCV's COLOR_RGB2GRAY)."""
+
+
+def area_matrix(n_out: int, n_in: int) -> np.ndarray:
+    """(n_out, n_in) weights of area resampling along one axis: output pixel i is the mean of the
+    input interval [i * n_in / n_out, (i + 1) * n_in / n_out), partial pixels weighted by their
+    overlap (OpenCV's INTER_AREA for shrinking). Two MatMuls with these constants resize an image
+    inside the graph (no Resize operator: the same MatMul in MindIR, ONNX and OM)."""
+    m = np.zeros((n_out, n_in), np.float64)
+    scale = n_in / n_out
+    for i in range(n_out):
+        lo, hi = i * scale, (i + 1) * scale
+        for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in)):
+            m[i, j] = max(0.0, min(hi, j + 1) - max(lo, j))
+    return (m / m.sum(1, keepdims=True)).astype(np.float32)
+
+
+def conv(rng, c_in: int, c_out: int, k: int, stride: int, ortho: bool) -> nn.Conv2d:
+    """nn.Conv2d ('valid' padding) with host-side init: orthogonal(sqrt(2)) on the (c_out,
+    c_in*k*k) matrix and zero bias (SB3's NatureCNN init), or PyTorch's default uniform."""
+    fan_in = c_in * k * k
+    if ortho:
+        w = orthogonal(rng, c_out, fan_in, float(np.sqrt(2.0))).reshape(c_out, c_in, k, k)
+        b = np.zeros(c_out, np.float32)
+    else:
+        bound = 1.0 / np.sqrt(fan_in)
+        w = rng.uniform(-bound, bound, (c_out, c_in, k, k)).astype(np.float32)
+        b = rng.uniform(-bound, bound, (c_out,)).astype(np.float32)
+    return nn.Conv2d(c_in, c_out, k, stride, pad_mode="valid", has_bias=True, weight_init=Tensor(w),
+                     bias_init=Tensor(b))
+
+
+CNN_LAYERS = {
+    # (out channels, kernel, stride) per conv layer, then the features width
+    "nature": (((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512),   # Mnih et al. 2015, SB3's NatureCNN
+    # images smaller than 64x64: non-overlapping (kernel = stride) convs, ~150k multiply-adds for a
+    # 32x32 frame (NatureCNN-like 3x3/2 layers cost 13x more, measured ~5 s per 256-frame minibatch
+    # update on this 2-core CPU)
+    "small": (((16, 4, 4), (32, 2, 2)), 128),
+}
+
+
+def cnn_out_size(size: int, layers) -> int:
+    for _, k, s in layers:
+        size = (size - k) // s + 1
+    return size
+
+
+class ImageEncoder(nn.Cell):
+    """A raw image observation row (uint8 values, k stacked frames, flattened) -> CNN features.
+
+    Everything that changes the numbers is here, so the exported graph consumes the raw frame:
+    reshape to (B, k, H, W, C) (or (B, k, C, H, W) for a channels-first space; the one place the
+    channel order is handled), cast to float32 and divide by 255, optional grayscale (luma
+    weights), optional area resize (two MatMuls with constant matrices), then the conv trunk
+    (ReLU after every layer, flatten, Dense, ReLU)."""
+
+    def __init__(self, rng, spec, cnn: str, grayscale: bool, resize, ortho: bool):
+        super().__init__()
+        from .config import ConfigError
+        h, w, c = spec.image_hwc
+        k = spec.frame_stack
+        self.channels_last = spec.image_layout == "HWC"
+        self.in_shape = (-1, k, h, w, c) if self.channels_last else (-1, k, c, h, w)
+        self.grayscale = bool(grayscale)
+        if self.grayscale and c != 3:
+            raise ConfigError(f"key 'policy.grayscale' is true, but the image has {c} channel(s); grayscale "
+                              f"needs 3 (RGB)")
+        self.gray = Tensor(np.asarray(GRAY_WEIGHTS, np.float32).reshape(1, 1, 3, 1, 1))
+        c_out = 1 if self.grayscale else c
+        self.stacked = (-1, k * c_out, h, w)
+        self.resize = resize is not None
+        oh, ow = (int(resize[0]), int(resize[1])) if self.resize else (h, w)
+        if self.resize:
+            self.rh = Tensor(area_matrix(oh, h))
+            self.rw_t = Tensor(area_matrix(ow, w).T.copy())
+        if cnn == "auto":
+            cnn = "nature" if min(oh, ow) >= 64 else "small"
+        layers, feat = CNN_LAYERS[cnn]
+        if cnn_out_size(min(oh, ow), layers) < 1:
+            raise ConfigError(f"key 'policy.cnn' is {cnn!r}, but a {oh}x{ow} image is too small for it "
+                              f"(use 'small', or policy.resize)")
+        convs: List[nn.Cell] = []
+        ch = k * c_out
+        for out, ks, st in layers:
+            convs += [conv(rng, ch, out, ks, st, ortho), nn.ReLU()]
+            ch = out
+        self.convs = nn.SequentialCell(convs)
+        n_flat = ch * cnn_out_size(oh, layers) * cnn_out_size(ow, layers)
+        self.n_flat = n_flat
+        self.fc = nn.SequentialCell([dense(rng, n_flat, feat, float(np.sqrt(2.0)), ortho), nn.ReLU()])
+        self.out_dim = feat
+        self.cnn = cnn
+        self.out_hw = (oh, ow)
+
+    def preprocess(self, x):
+        """Raw rows -> (B, k * channels, height, width) float32 in [0, 1], resized: what the convs see."""
+        x = ops.cast(x, ms.float32) / 255.0
+        x = x.reshape(self.in_shape)
+        if self.channels_last:
+            x = ops.transpose(x, (0, 1, 4, 2, 3))
+        if self.grayscale:
+            x = (x * self.gray).sum(2, keepdims=True)
+        x = x.reshape(self.stacked)
+        if self.resize:
+            x = ops.matmul(self.rh, ops.matmul(x, self.rw_t))
+        return x
+
+    def construct(self, x):
+        x = self.convs(self.preprocess(x))
+        return self.fc(x.reshape((-1, self.n_flat)))  # -1, not x.shape[0]: a dynamic batch in ONNX
+
+
+def obs_encoder(spec, rng=None, policy_cfg=None):
     """(encoder cell or None, features width) for the observation space: None for a Box (the
     network sees the normalized row as before), OneHot for a Discrete observation, DictEncoder
-    for a Dict (each key's encoder, concatenated in the sorted key order of SpaceSpec.obs_parts)."""
+    for a Dict (each key's encoder, concatenated in the sorted key order of SpaceSpec.obs_parts),
+    ImageEncoder (preprocessing + CNN, weights from ``rng``) for an image."""
+    if spec.obs_kind == "Image":
+        pc = policy_cfg
+        enc = ImageEncoder(rng, spec, pc.cnn, pc.grayscale, pc.resize, pc.ortho_init)
+        return enc, enc.out_dim
     if spec.obs_kind == "Discrete":
         return OneHot(spec.obs_n), spec.obs_n
     if spec.obs_kind == "Dict":
@@ -356,11 +478,11 @@ class Agent(nn.Cell):
     def __init__(self, cfg, spec):
         super().__init__()
         self.spec = spec
-        if cfg.env.normalize_obs and spec.column_n.any():
+        if cfg.env.normalize_obs and (spec.obs_kind == "Image" or spec.column_n.any()):
             from .config import ConfigError
             raise ConfigError(f"key 'env.normalize_obs' is true, but the observation space ({spec.obs_kind}) holds "
-                              f"Discrete indices (one-hot inside the policy cell); observation normalization applies "
-                              f"to Box observations: set env.normalize_obs: false")
+                              f"Discrete indices or image pixels (encoded inside the policy cell); observation "
+                              f"normalization applies to Box observations: set env.normalize_obs: false")
         self.normalizer = ObsNormalizer(spec.obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
 
     def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:

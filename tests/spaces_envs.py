@@ -8,6 +8,10 @@
 * ``MsrlTestDict-v0``: observation Dict(goal=Discrete(3), sign=Box(1) of +-1, pos=Box(2, 3) of noise);
   action Discrete(6); reward 1 when action == goal + 3 * (sign > 0), so the policy must read two
   keys of different kinds; 8 steps. Optimum 8, random 1.33.
+* ``MsrlTestDot-v0``: a 32x32 RGB uint8 frame (HWC) showing a red 8x8 dot (the agent) and a green
+  one (the target) on a 4x4 grid; action Discrete(4) (up, down, left, right); reward +1 on reaching
+  the target (the episode ends) and 0.1 per grid step closer (-0.1 per step away); 24-step limit.
+  Optimal play returns 1 + 0.1 * (initial distance); random play rarely reaches the target.
 """
 import gymnasium as gym
 import numpy as np
@@ -75,6 +79,41 @@ class DictGoal(gym.Env):
         self.t += 1
         return self._new(), r, self.t >= 8, False, {}
 
+
+class DotToTarget(gym.Env):
+    observation_space = spaces.Box(0, 255, (32, 32, 3), np.uint8)
+    action_space = spaces.Discrete(4)
+    MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+    def _frame(self):
+        img = np.zeros((32, 32, 3), np.uint8)
+        (ar, ac), (tr, tc) = self.agent, self.target
+        img[8 * tr:8 * tr + 8, 8 * tc:8 * tc + 8, 1] = 255
+        img[8 * ar:8 * ar + 8, 8 * ac:8 * ac + 8, 0] = 255
+        return img
+
+    def _dist(self):
+        return abs(self.agent[0] - self.target[0]) + abs(self.agent[1] - self.target[1])
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = tuple(int(v) for v in self.np_random.integers(0, 4, 2))
+        self.agent = self.target
+        while self.agent == self.target:
+            self.agent = tuple(int(v) for v in self.np_random.integers(0, 4, 2))
+        return self._frame(), {}
+
+    def step(self, action):
+        before = self._dist()
+        dr, dc = self.MOVES[int(action)]
+        self.agent = (min(max(self.agent[0] + dr, 0), 3), min(max(self.agent[1] + dc, 0), 3))
+        reached = self.agent == self.target
+        r = 0.1 * (before - self._dist()) + (1.0 if reached else 0.0)
+        return self._frame(), r, reached, False, {}
+
+
+if "MsrlTestDot-v0" not in gym.registry:
+    gym.register("MsrlTestDot-v0", entry_point=DotToTarget, max_episode_steps=24)
 
 for _id, _cls in (("MsrlTestMultiDiscrete-v0", MultiDiscreteTarget), ("MsrlTestMultiBinary-v0", MultiBinaryMatch),
                   ("MsrlTestDict-v0", DictGoal)):

@@ -145,3 +145,84 @@ def test_dict_observations_learn_export_verify(tmp_path, capsys):
     proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime"], cwd=out,
                           capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+DOT_CONFIG = """algorithm: ppo
+seed: 0
+total_timesteps: {steps}
+env:
+  id: MsrlTestDot-v0
+  n_envs: 8
+  frame_stack: {k}
+policy:
+  net_arch: []
+  activation: relu
+algo:
+  learning_rate: 1.0e-3
+  n_steps: 32
+  batch_size: 128
+  n_epochs: 4
+  gamma: 0.9
+  ent_coef: 0.01
+eval:
+  freq: 0
+  episodes: 50
+"""
+
+
+def _dot_run(tmp_path, steps, k):
+    import spaces_envs  # noqa: F401  (registers the test envs)
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text(DOT_CONFIG.format(steps=steps, k=k))
+    run = str(tmp_path / "run")
+    assert main(["train", str(cfg), "--run-dir", run, "--quiet"]) == 0
+    with open(os.path.join(run, "summary.json")) as fh:
+        return run, json.load(fh)
+
+
+def test_image_policy_learns_and_exports_from_raw_uint8_frames(tmp_path, capsys):
+    run, summary = _dot_run(tmp_path, 8192, 1)
+    # optimum ~1.27 (1 + 0.1 x the mean grid distance); random play ~0.06 (measured: docs/benchmarks.md)
+    assert summary["final_eval"]["mean_return"] >= 1.2
+    out = str(tmp_path / "export")
+    reports = _export_and_verify(run, out, capsys, episodes=5)
+    assert reports["onnxruntime"]["rollouts"]["identical_episodes"] == 5
+    m = read_manifest(out)
+    assert m.io["input"] == {"name": "obs", "shape": [None, 32 * 32 * 3], "dtype": "uint8"}
+    assert m.spaces["observation"]["type"] == "Image" and m.spaces["observation"]["layout"] == "HWC"
+    assert m.export.onnx["batch"] == "dynamic"
+    with np.load(os.path.join(out, "golden.npz"), allow_pickle=False) as g:
+        assert g["obs"].dtype == np.uint8 and g["obs"].shape == (256, 3072)
+    import spaces_envs
+    env = spaces_envs.DotToTarget()
+    frame, _ = env.reset(seed=3)
+    train = load_policy(run)
+    for backend in ("mindspore", "onnxruntime"):
+        pol = load_policy(out, backend=backend)
+        assert pol.act(frame) == train.act(frame)  # one raw (32, 32, 3) uint8 frame
+        batch = np.stack([frame, np.zeros_like(frame)])
+        assert np.array_equal(pol.act(batch), train.act(batch))
+        with pytest.raises(ValueError, match=r"Image\(32, 32, 3\) uint8 frames"):
+            pol.act(frame[:, :, :1])
+
+
+def test_frame_stacking_is_reproduced_by_the_deployed_policy(tmp_path, capsys):
+    run, _ = _dot_run(tmp_path, 1024, 2)
+    out = str(tmp_path / "export")
+    reports = _export_and_verify(run, out, capsys, episodes=3)
+    # rollouts identical: load_policy stacked the frames as the training loop did
+    assert reports["mindspore"]["rollouts"]["identical_episodes"] == 3
+    m = read_manifest(out)
+    assert m.spaces["observation"]["frame_stack"] == {"kind": "frame_stack", "k": 2, "order": "oldest_first"}
+    assert m.io["input"]["shape"] == [None, 2 * 3072]
+    import spaces_envs
+    env = spaces_envs.DotToTarget()
+    frames = [env.reset(seed=1)[0]] + [env.step(a)[0] for a in (0, 3, 1)]
+    pols = [load_policy(run), load_policy(out, backend="onnxruntime"), load_policy(out, backend="mindspore")]
+    acts = [[int(p.act(f)) for f in frames] for p in pols]
+    assert acts[0] == acts[1] == acts[2]
+    # the same sequence through the cell on explicitly stacked rows (zeros, then oldest first)
+    from msrl_consistent.deploy import FrameStack
+    st = FrameStack(2, 3072)
+    rows = np.concatenate([st.push(f.reshape(1, -1)) for f in frames])
+    assert pols[1].act_at_batch(rows, 1).tolist() == acts[0]

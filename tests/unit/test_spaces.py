@@ -158,9 +158,9 @@ def test_dict_spec_sorted_keys_round_trip_and_golden_sampling():
 
 
 def test_dict_spaces_refused_with_the_key_named():
-    with pytest.raises(ConfigError, match="key 'inner' is a Dict; nested"):
+    with pytest.raises(ConfigError, match="key 'inner' is a Dict; Dict observations hold"):
         space_spec(spaces.Dict({"inner": spaces.Dict({"a": spaces.Discrete(2)})}), spaces.Discrete(2), "X-v0")
-    with pytest.raises(ConfigError, match="key 'img'.*dtype uint8"):
+    with pytest.raises(ConfigError, match="key 'img' is a Image; Dict observations hold Box and Discrete"):
         space_spec(spaces.Dict({"img": spaces.Box(0, 255, (4, 4), np.uint8)}), spaces.Discrete(2), "X-v0")
 
 
@@ -197,4 +197,92 @@ def test_dict_act_validation_names_the_space():
              (np.full(8, 0.5, np.float32), "column 0 of the packed row holds a Discrete index")]
     for bad, what in cases:
         with pytest.raises(ValueError, match=what):
+            p.act(bad)
+
+
+# -- image observations and frame stacking ------------------------------------------------------------
+def test_image_spaces_detected_with_layout():
+    hwc = space_spec(spaces.Box(0, 255, (32, 24, 3), np.uint8), spaces.Discrete(4), "X-v0")
+    chw = space_spec(spaces.Box(0, 255, (3, 32, 24), np.uint8), spaces.Discrete(4), "X-v0")
+    gray = space_spec(spaces.Box(0, 255, (32, 24), np.uint8), spaces.Discrete(4), "X-v0")
+    assert (hwc.obs_kind, hwc.image_layout, hwc.image_hwc, hwc.input_dtype) == ("Image", "HWC", (32, 24, 3), "uint8")
+    assert (chw.image_layout, chw.image_hwc, gray.image_hwc) == ("CHW", (32, 24, 3), (32, 24, 1))
+    back = SpaceSpec.from_json(hwc.to_json())
+    assert (back.obs_kind, back.image_layout, back.obs_dim, back.input_dtype) == ("Image", "HWC", 32 * 24 * 3, "uint8")
+    with pytest.raises(ConfigError, match="uint8 observation shape"):
+        space_spec(spaces.Box(0, 255, (32, 24, 5), np.uint8), spaces.Discrete(4), "X-v0")
+    with pytest.raises(ConfigError, match="must span 0..255"):
+        space_spec(spaces.Box(0, 1, (8, 8, 1), np.uint8), spaces.Discrete(4), "X-v0")
+
+
+def test_area_matrix_averages_blocks():
+    from msrl_consistent.networks import area_matrix
+    m = area_matrix(4, 8)
+    assert np.allclose(m.sum(1), 1.0) and np.allclose(m[1], [0, 0, 0.5, 0.5, 0, 0, 0, 0])
+    m = area_matrix(3, 4)  # fractional overlaps: [0, 4/3), [4/3, 8/3), [8/3, 4)
+    assert np.allclose(m[0], [0.75, 0.25, 0, 0]) and np.allclose(m[1], [0, 0.5, 0.5, 0])
+
+
+def _encoder(shape, **kw):
+    from types import SimpleNamespace
+
+    from msrl_consistent.networks import ImageEncoder
+    spec = space_spec(spaces.Box(0, 255, shape, np.uint8), spaces.Discrete(4))
+    args = dict(cnn="small", grayscale=False, resize=None, ortho=True)
+    args.update(kw)
+    return ImageEncoder(np.random.default_rng(0), spec, **args), spec, SimpleNamespace
+
+
+def test_image_preprocessing_inside_the_cell_matches_numpy():
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (2, 32, 24, 3)).astype(np.uint8)
+    enc, spec, _ = _encoder((32, 24, 3), grayscale=True, resize=[16, 12])
+    got = enc.preprocess(Tensor(frames.reshape(2, -1))).asnumpy()
+    from msrl_consistent.networks import GRAY_WEIGHTS, area_matrix
+    x = frames.astype(np.float64) / 255.0
+    gray = (x * np.asarray(GRAY_WEIGHTS)).sum(-1)                     # (2, 32, 24)
+    want = area_matrix(16, 32).astype(np.float64) @ gray @ area_matrix(12, 24).T.astype(np.float64)
+    assert got.shape == (2, 1, 16, 12) and np.abs(got[:, 0] - want).max() < 1e-6
+    # channels first or last: the same features for the same picture (the layout is handled once)
+    enc_hwc, _, _ = _encoder((32, 24, 3))
+    enc_chw, _, _ = _encoder((3, 32, 24))
+    a = enc_hwc.preprocess(Tensor(frames.reshape(2, -1))).asnumpy()
+    b = enc_chw.preprocess(Tensor(frames.transpose(0, 3, 1, 2).reshape(2, -1).copy())).asnumpy()
+    assert np.array_equal(a, b)
+    # uint8 and float32 inputs holding the same values give bit-identical features
+    assert np.array_equal(enc_hwc(Tensor(frames.reshape(2, -1))).asnumpy(),
+                          enc_hwc(Tensor(frames.reshape(2, -1).astype(np.float32))).asnumpy())
+
+
+def test_nature_cnn_refuses_small_images_and_grayscale_needs_rgb():
+    with pytest.raises(ConfigError, match="too small"):
+        _encoder((32, 32, 3), cnn="nature")  # NatureCNN's 8/4, 4/2, 3/1 convs need 36x36
+    with pytest.raises(ConfigError, match="grayscale needs 3"):
+        _encoder((32, 32, 1), grayscale=True)
+    enc, _, _ = _encoder((84, 84, 3), cnn="auto", grayscale=True)
+    assert enc.cnn == "nature" and enc.out_dim == 512
+
+
+def test_frame_stack_oldest_first_zeros_after_reset():
+    from msrl_consistent.deploy import FrameStack
+    st = FrameStack(3, 2)
+    a = st.reset(np.array([[1, 1], [2, 2]]))
+    assert a.tolist() == [[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 2, 2]]
+    assert st.peek(np.array([[9, 9], [8, 8]])).tolist() == [[0, 0, 1, 1, 9, 9], [0, 0, 2, 2, 8, 8]]
+    b = st.push(np.array([[3, 3], [4, 4]]), np.array([False, True]))
+    assert b.tolist() == [[0, 0, 1, 1, 3, 3], [0, 0, 0, 0, 4, 4]]
+    c = st.push(np.array([[5, 5], [6, 6]]))
+    assert c.tolist() == [[1, 1, 3, 3, 5, 5], [0, 0, 4, 4, 6, 6]]
+
+
+def test_image_act_validation_names_the_space():
+    p = _Echo(2 * 4 * 4 * 3, None, True, 4, image={"shape": (4, 4, 3), "layout": "HWC"}, frame_stack=2)
+    frame = np.full((4, 4, 3), 7, np.uint8)
+    assert p.act(frame) == 0  # the first row holds the zeros of the fresh stack, then the frame
+    assert p.act(frame) == 7  # now the oldest frame is the first one
+    p.reset_frames()
+    assert p.act(frame.astype(np.float32)) == 0  # integral floats in 0..255 are accepted
+    for bad, what in ((np.zeros((4, 4, 1), np.uint8), "shape"), (np.full((4, 4, 3), 256.0), "got 256"),
+                      (np.full((4, 4, 3), 0.5), "got 0.5"), (np.zeros((4, 4, 3), bool), "dtype bool")):
+        with pytest.raises(ValueError, match=r"Image\(4, 4, 3\) uint8 frames.*" + what):
             p.act(bad)
