@@ -278,6 +278,10 @@ def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
     """One gymnasium env; unknown ids become a ConfigError naming the id."""
     import gymnasium as gym
 
+    if env_cfg.id.startswith("ALE/") or "NoFrameskip" in env_cfg.id:
+        from .optional import ATARI_INSTALL, require
+        ale_py = require("ale_py", f"environment {env_cfg.id!r} (Atari)", ATARI_INSTALL)
+        gym.register_envs(ale_py)
     kwargs = {}
     if env_cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = env_cfg.max_episode_steps

@@ -286,3 +286,15 @@ def test_image_act_validation_names_the_space():
                       (np.full((4, 4, 3), 0.5), "got 0.5"), (np.zeros((4, 4, 3), bool), "dtype bool")):
         with pytest.raises(ValueError, match=r"Image\(4, 4, 3\) uint8 frames.*" + what):
             p.act(bad)
+
+
+def test_breakout_config_gives_stacked_raw_frames(configs_dir):
+    pytest.importorskip("ale_py")  # the atari extra
+    import os
+
+    from msrl_consistent.envs import env_spec
+    cfg = load_config(os.path.join(configs_dir, "ppo", "Breakout-v5.yaml"))
+    spec = env_spec(cfg.env)
+    assert (spec.obs_kind, spec.image_layout, spec.image_hwc, spec.frame_stack) == ("Image", "HWC", (210, 160, 3), 4)
+    assert spec.obs_dim == 4 * 210 * 160 * 3 and spec.input_dtype == "uint8"
+    assert (cfg.policy.cnn, cfg.policy.grayscale, cfg.policy.resize, cfg.policy.net_arch) == ("nature", True, [84, 84], [])
