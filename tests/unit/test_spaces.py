@@ -1,5 +1,5 @@
 """Observation and action spaces beyond Box/Discrete: the space checks, the encoders inside the
-policy cell and the input validation of deploy.Policy (no training here: tests/integration/test_spaces.py)."""
+policy cell and the input validation of deploy.Policy (no training here: tests/integration/test_spaces_train.py)."""
 import numpy as np
 import pytest
 from gymnasium import spaces
