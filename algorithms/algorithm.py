@@ -85,7 +85,7 @@ class Algorithm:
 
     def evaluate(self, episodes: int, seed: int) -> Tuple[List[float], List[int]]:
         """``episodes`` seeded episodes of the policy cell, side by side: one graph call per step."""
-        res = run_episodes_batched(self.cfg.env, self.act_deterministic, episodes, seed)
+        res = run_episodes_batched(self.cfg.env, self.act_deterministic, episodes, seed, self.spec.frame_stack)
         return res["returns"], res["lengths"]
 
     # -- state ---------------------------------------------------------------------------

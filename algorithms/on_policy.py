@@ -11,6 +11,8 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from msrl_consistent.buffers import RolloutBuffer
+from msrl_consistent.deploy import FrameStack
+from msrl_consistent.distributions import multi_noise
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.normalization import RewardNormalizer
@@ -56,7 +58,10 @@ class OnPolicyAlgorithm(Algorithm):
     value_cell: nn.Cell
 
     def sample_noise(self, n: int) -> np.ndarray:
-        """Host-side noise for the rollout graph: Gumbel (discrete) or standard normal."""
+        """Host-side noise for the rollout graph: Gumbel (discrete), standard normal, or the
+        per-dimension noise of MultiDiscrete / MultiBinary (distributions.multi_noise)."""
+        if self.spec.act_kind in ("MultiDiscrete", "MultiBinary"):
+            return multi_noise(self.spec, self.rng, n)
         if self.spec.discrete:
             u = self.rng.random((n, self.spec.n_actions))
             return (-np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))).astype(np.float32)
@@ -88,10 +93,15 @@ class OnPolicyAlgorithm(Algorithm):
         self._value_fn = FastCall(self.value_cell)
         venv = make_vec_env(cfg.env)
         n_envs = venv.num_envs
-        act_shape = () if self.spec.discrete else (self.spec.n_actions,)
-        buf = RolloutBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete)
+        act_shape = self.spec.action_shape
+        buf = RolloutBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete,
+                            np.dtype(self.spec.input_dtype))
+        # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed)
+        stack = FrameStack(self.spec.frame_stack, self.spec.frame_dim) if self.spec.frame_stack > 1 else None
         steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
         obs = seed_vec_env(venv, self.env_seed())
+        if stack is not None:
+            obs = stack.reset(obs)
         ep_ret = np.zeros(n_envs, np.float64)
         ep_len = np.zeros(n_envs, np.int64)
         reward_norm = self._reward_normalizer(n_envs) if cfg.env.normalize_reward else None
@@ -109,6 +119,9 @@ class OnPolicyAlgorithm(Algorithm):
                     env_a, a, logp, v = unpack_rollout(packed, act_shape, self.spec.discrete)
                     t1 = clock()
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
+                    if stack is not None:
+                        real_next = stack.peek(real_next)  # an ended episode's true final stack
+                        next_obs = stack.push(next_obs, term | trunc)
                     t2 = clock()
                     stored = rew
                     if reward_norm is not None:

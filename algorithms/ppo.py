@@ -23,9 +23,10 @@ from msrl_consistent.distributions import (
     categorical_sample,
     gaussian_entropy,
     gaussian_log_prob,
+    multi_distribution,
 )
 from msrl_consistent.fastcall import FastCall
-from msrl_consistent.networks import MLP, Agent, Chain, dense
+from msrl_consistent.networks import MLP, Agent, Chain, dense, obs_encoder, with_encoder
 from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value
@@ -85,7 +86,8 @@ class ActorCriticAgent(Agent):
     def __init__(self, cfg, spec, rng: np.random.Generator):
         super().__init__(cfg, spec)
         pc = cfg.policy
-        obs_dim, out = spec.obs_dim, spec.n_actions
+        encoder, obs_dim = obs_encoder(spec, rng, pc)  # one-hot / Dict keys / image CNN, inside the cell
+        out = spec.logits_dim
         if pc.shared:
             trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
             self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))
@@ -93,6 +95,7 @@ class ActorCriticAgent(Agent):
         else:
             self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
             self.critic = MLP(rng, obs_dim, pc.critic_arch or pc.net_arch, pc.activation, 1, 1.0, pc.ortho_init)
+        self.actor, self.critic = with_encoder(encoder, self.actor), with_encoder(encoder, self.critic)
         if not spec.discrete:
             self.log_std = Parameter(Tensor(np.full(out, pc.log_std_init, np.float32)), name="log_std")
 
@@ -105,6 +108,8 @@ class PPORollout(nn.Cell):
         self.agent = agent
         self.discrete = agent.spec.discrete
         self.n_actions = agent.spec.n_actions
+        self.multi = multi_distribution(agent.spec)  # MultiDiscrete / MultiBinary (None: Discrete, Box)
+        self.is_multi = self.multi is not None
         if not self.discrete:
             self.low = Tensor(agent.spec.act_low)
             self.high = Tensor(agent.spec.act_high)
@@ -113,6 +118,9 @@ class PPORollout(nn.Cell):
         x = self.agent.normalizer(obs)
         out = self.agent.actor(x)
         value = self.agent.critic(x).squeeze(-1)
+        if self.is_multi:
+            action = self.multi.sample(out, noise)
+            return action, action, self.multi.log_prob(out, action), value
         if self.discrete:
             action = categorical_sample(out, noise)
             return action, action, categorical_log_prob(out, action, self.n_actions), value
@@ -142,6 +150,8 @@ class PPOLoss(nn.Cell):
         self.agent = agent
         self.discrete = agent.spec.discrete
         self.n_actions = agent.spec.n_actions
+        self.multi = multi_distribution(agent.spec)
+        self.is_multi = self.multi is not None
         self.normalize_advantage = c.normalize_advantage
         self.clip_vf = c.clip_range_vf is not None
         self.ent_coef = float(c.ent_coef)
@@ -151,7 +161,10 @@ class PPOLoss(nn.Cell):
         x = self.agent.normalizer(obs)
         out = self.agent.actor(x)
         values = self.agent.critic(x).squeeze(-1)
-        if self.discrete:
+        if self.is_multi:
+            log_prob = self.multi.log_prob(out, actions)
+            entropy = self.multi.entropy(out).mean()
+        elif self.discrete:
             log_prob = categorical_log_prob(out, actions, self.n_actions)
             entropy = categorical_entropy(out).mean()
         else:

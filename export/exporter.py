@@ -16,6 +16,7 @@ import numpy as np
 from msrl_consistent import manifest as mf
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError, to_dict
+from msrl_consistent.deploy import FrameStack
 from msrl_consistent.determinism import file_sha256
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
@@ -52,13 +53,18 @@ def parse_batch(text) -> object:
 
 def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED) -> tuple:
     """3/4 states visited by deterministic rollouts, 1/4 uniform samples across the observation
-    bounds (infinite bounds: the visited mean +- 3 std). Returns (obs, counts)."""
+    bounds (infinite bounds: the visited mean +- 3 std; images: uniform uint8 pixels). With frame
+    stacking, the stacked rows the model consumed. Returns (obs, counts)."""
     n_roll = (3 * n) // 4
     visited = []
     ep = 0
     while sum(len(v) for v in visited) < n_roll and ep < 1000:
         run = run_episodes(policy.env_config(), policy.act, 1, seed + ep, trajectories=True)
-        visited.append(np.asarray(run["episodes"][0]["obs"], np.float32))
+        frames = np.asarray(run["episodes"][0]["obs"], policy.spec.input_dtype)
+        if policy.spec.frame_stack > 1:  # the rows the model saw: the episode's frames through FrameStack
+            stack = FrameStack(policy.spec.frame_stack, policy.spec.frame_dim)
+            frames = np.concatenate([stack.push(frames[i:i + 1]) for i in range(len(frames))])
+        visited.append(frames)
         ep += 1
     visited = np.concatenate(visited)
     idx = np.linspace(0, len(visited) - 1, n_roll).round().astype(int)
@@ -71,7 +77,7 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
     high = np.where(np.isfinite(high), high, mean + 3 * std)
     # Bounds wider than float32 (e.g. +-3.4e38) are clipped to a range the net can see.
     low, high = np.maximum(low, mean - 1e3), np.minimum(high, mean + 1e3)
-    bound_obs = rng.uniform(low, high, (n - n_roll, spec.obs_dim)).astype(np.float32)
+    bound_obs = spec.sample_obs(rng, low, high, n - n_roll)
     return np.concatenate([rollout_obs, bound_obs]), {"rollout": int(n_roll), "bounds": int(n - n_roll),
                                                       "episodes": ep, "seed": seed}
 
@@ -120,10 +126,10 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
     try:
         export_info = mf.ExportInfo(formats=formats, precision=precision, batch=batch, golden_batch=golden_batch)
         conversion = export_info.conversion
-        write_mindir(cell, spec.obs_dim, batch, os.path.join(tmp, "actor.mindir"))
+        write_mindir(cell, spec.obs_dim, batch, os.path.join(tmp, "actor.mindir"), spec.input_dtype)
         if "onnx" in formats:
             export_info.onnx = write_onnx(cell, spec.obs_dim, golden_batch, os.path.join(tmp, "actor.onnx"),
-                                          dynamic=batch == "dynamic" and "om" not in formats)
+                                          dynamic=batch == "dynamic" and "om" not in formats, dtype=spec.input_dtype)
         if "om" in formats:
             conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"),
                                         export_info.onnx["input"], golden_batch, spec.obs_dim, soc_version, precision_mode)
@@ -148,7 +154,7 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
 
         files = {name: file_sha256(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
         out_dtype = "int32" if spec.discrete else "float32"
-        out_shape = [None if batch == "dynamic" else golden_batch] + ([] if spec.discrete else [spec.n_actions])
+        out_shape = [None if batch == "dynamic" else golden_batch] + list(spec.action_shape)
         versions = mf.versions()
         manifest = mf.Manifest(
             schema_version=mf.SCHEMA_VERSION,
@@ -163,7 +169,7 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
                              checkpoint_sha256=file_sha256(reference.checkpoint), config=to_dict(reference.cfg)),
             export=export_info,
             io={"input": {"name": INPUT_NAME, "shape": [None if batch == "dynamic" else golden_batch, spec.obs_dim],
-                          "dtype": "float32"},
+                          "dtype": spec.input_dtype},
                 "output": {"name": OUTPUT_NAME, "shape": out_shape, "dtype": out_dtype},
                 "post_processing": _post_processing(spec, reference.agent.squash, head_override is not None)},
             files=files,
@@ -192,6 +198,10 @@ def write_bundle(directory: str) -> str:
 def _post_processing(spec, squash: bool, raw: bool) -> str:
     if raw:
         return "none (raw network output; for testing verify only)"
+    if spec.act_kind == "MultiDiscrete":
+        return f"argmax over each logit segment of nvec {list(spec.nvec)}, int32 (B, {spec.n_actions})"
+    if spec.act_kind == "MultiBinary":
+        return f"logit > 0 (p > 0.5) per dimension, int32 (B, {spec.n_actions})"
     if spec.discrete:
         return "argmax over logits, int32"
     if squash:

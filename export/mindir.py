@@ -7,11 +7,12 @@ import mindspore as ms
 from mindspore import Tensor
 
 
-def write_mindir(cell, obs_dim: int, batch, out_path: str) -> str:
-    """Export ``cell`` to ``out_path`` (must end in .mindir). ``batch`` is an int or 'dynamic'."""
+def write_mindir(cell, obs_dim: int, batch, out_path: str, dtype: str = "float32") -> str:
+    """Export ``cell`` to ``out_path`` (must end in .mindir). ``batch`` is an int or 'dynamic';
+    ``dtype`` the input's (uint8: raw image frames)."""
     assert out_path.endswith(".mindir")
     shape = [None if batch == "dynamic" else int(batch), obs_dim]
-    ms.export(cell, Tensor(shape=shape, dtype=ms.float32), file_name=out_path[: -len(".mindir")], file_format="MINDIR")
+    ms.export(cell, Tensor(shape=shape, dtype=getattr(ms, dtype)), file_name=out_path[: -len(".mindir")], file_format="MINDIR")
     if not os.path.isfile(out_path):  # pragma: no cover - MindSpore writes the file or raises
         raise RuntimeError(f"mindspore.export did not write {out_path}")
     # mindspore.export leaves the file owner-read-only (0400); give it the mode of every other

@@ -33,7 +33,7 @@ DYNAMIC_CHECK_BATCHES = (1, 7, 256)
 BATCH_DIM = "batch"
 
 
-def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = False) -> dict:
+def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = False, dtype: str = "float32") -> dict:
     import mindspore as ms
     from mindspore import Tensor
 
@@ -42,7 +42,7 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
         export = ms_onnx.export
     except (ImportError, AttributeError):  # pragma: no cover - older MindSpore
         export = None
-    dummy = Tensor(np.zeros((int(batch), obs_dim), np.float32))
+    dummy = Tensor(np.zeros((int(batch), obs_dim), dtype))
     # output_names is not passed: MindSpore 2.10 renames the graph output but not the node
     # producing it when the last op is a Cast (ONNX Runtime then rejects the model); the
     # output is renamed below with the onnx package instead.
@@ -68,7 +68,7 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
         onnx.checker.check_model(model)
         onnx.save(model, out_path)
     if dynamic:
-        reason = _make_batch_dynamic(onnx, model, cell, obs_dim, out_path)
+        reason = _make_batch_dynamic(onnx, model, cell, obs_dim, out_path, dtype)
         if reason is None:
             info["batch"] = "dynamic"
             model = onnx.load(out_path)
@@ -81,7 +81,7 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
     return info
 
 
-def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str):
+def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str, dtype: str = "float32"):
     """Symbolic batch dimension on the graph's input and output; written to ``out_path`` only
     when onnx.checker and ONNX Runtime at DYNAMIC_CHECK_BATCHES agree with ``cell``. Returns
     None on success, else the reason the fixed-batch graph was kept."""
@@ -103,7 +103,8 @@ def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str):
         sess = ort.InferenceSession(dyn.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
         for b in DYNAMIC_CHECK_BATCHES:
-            x = rng.normal(0.0, 1.0, (b, obs_dim)).astype(np.float32)
+            x = (rng.integers(0, 256, (b, obs_dim)).astype(np.uint8) if dtype == "uint8"
+                 else rng.normal(0.0, 1.0, (b, obs_dim)).astype(np.float32))
             got = sess.run(None, {sess.get_inputs()[0].name: x})[0]
             want = cell(Tensor(x)).asnumpy()
             if got.shape != want.shape or got.dtype != want.dtype:

@@ -56,7 +56,8 @@ def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optio
               "recorded_backend": meta["backend"], "against": against, "precision": precision, "atol": atol,
               "steps": int(len(obs)), "dropped": int(meta.get("dropped", 0))}
     if discrete:
-        err = (rec.astype(np.int64) != ref.astype(np.int64)).astype(np.float64)
+        # per step: a MultiDiscrete / MultiBinary action differs when any dimension does
+        err = (rec.astype(np.int64) != ref.astype(np.int64)).reshape(len(obs), -1).any(axis=1).astype(np.float64)
         report["agreement"] = float(1.0 - err.mean()) if len(err) else 1.0
     else:
         err = np.abs(rec.astype(np.float64) - ref.astype(np.float64)).reshape(len(obs), -1).max(axis=1)

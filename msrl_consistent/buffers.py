@@ -37,9 +37,11 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray
 class RolloutBuffer:
     """On-policy storage for n_steps x n_envs transitions (preallocated float32)."""
 
-    def __init__(self, n_steps: int, n_envs: int, obs_dim: int, act_shape: tuple, discrete: bool):
+    def __init__(self, n_steps: int, n_envs: int, obs_dim: int, act_shape: tuple, discrete: bool,
+                 obs_dtype=np.float32):
         self.n_steps, self.n_envs = n_steps, n_envs
-        self.obs = np.zeros((n_steps, n_envs, obs_dim), np.float32)
+        # uint8 for image observations: the raw frames, as the policy cell takes them (4x less memory)
+        self.obs = np.zeros((n_steps, n_envs, obs_dim), obs_dtype)
         self.actions = np.zeros((n_steps, n_envs) + act_shape, np.int32 if discrete else np.float32)
         self.log_probs = np.zeros((n_steps, n_envs), np.float32)
         self.values = np.zeros((n_steps, n_envs), np.float32)

@@ -39,6 +39,8 @@ POSITIVE: Check = (lambda v: v > 0, "a positive number")
 NON_NEGATIVE: Check = (lambda v: v >= 0, "a number >= 0")
 UNIT_INTERVAL: Check = (lambda v: 0 <= v <= 1, "a number in [0, 1]")
 SIZES: Check = (lambda v: len(v) > 0 and all(x > 0 for x in v), "a non-empty list of positive sizes")
+SIZES_OR_EMPTY: Check = (lambda v: all(x > 0 for x in v), "a list of positive sizes (empty: the heads sit on the features)")
+RESIZE: Check = (lambda v: len(v) == 2 and all(x > 0 for x in v), "[height, width], two positive sizes")
 
 
 # --------------------------------------------------------------------------------------
@@ -62,8 +64,10 @@ class EnvConfig:
     """Clip scaled rewards to [-clip, clip]."""
     max_episode_steps: Optional[int] = None
     """Override the environment's time limit (None keeps the registered one)."""
+    frame_stack: int = 1
+    """PPO: stack the k latest observations, oldest first, zeros after a reset (deploy.FrameStack, in the manifest)."""
 
-    checks: ClassVar[Dict[str, Check]] = {"n_envs": POSITIVE, "normalize_obs_clip": POSITIVE,
+    checks: ClassVar[Dict[str, Check]] = {"n_envs": POSITIVE, "frame_stack": POSITIVE, "normalize_obs_clip": POSITIVE,
                                           "normalize_reward_clip": POSITIVE, "max_episode_steps": POSITIVE}
 
 
@@ -81,8 +85,15 @@ class PolicyConfig:
     """Initial log standard deviation of Gaussian policies."""
     ortho_init: bool = True
     """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
+    cnn: Literal["auto", "nature", "small"] = "auto"
+    """Image observations: conv trunk shared by actor and critic (auto: NatureCNN from 64x64 after resize, else small)."""
+    grayscale: bool = False
+    """Image observations: RGB -> gray inside the policy cell (luma weights 0.299, 0.587, 0.114)."""
+    resize: Optional[List[int]] = None
+    """Image observations: [height, width] to area-resize to inside the policy cell (None: keep the size)."""
 
-    checks: ClassVar[Dict[str, Check]] = {"net_arch": SIZES, "critic_arch": SIZES}
+    checks: ClassVar[Dict[str, Check]] = {"net_arch": SIZES_OR_EMPTY, "critic_arch": SIZES_OR_EMPTY,
+                                          "resize": RESIZE}
 
 
 @dataclass

@@ -198,6 +198,51 @@ def _bounds(f: _Fields, key: str, n: int, finite: bool) -> np.ndarray:
     return arr
 
 
+def _width(part) -> int:
+    """Values a Dict key takes in the observation row (a Discrete key: its index)."""
+    return 1 if part[1] == "Discrete" else int(np.prod(part[3]))
+
+
+def _dict_parts(f: "_Fields") -> list:
+    """[(key, "Box" | "Discrete", n, shape)] of a Dict observation, in the manifest's (sorted) key order."""
+    keys = f.get("spaces.observation.keys", "list")
+    subs = f.get("spaces.observation.spaces", "dict")
+    if (not keys or len(keys) > MAX_DIM or not all(isinstance(k, str) for k in keys) or keys != sorted(set(keys))
+            or sorted(subs) != keys):
+        raise ExportError(f"{MANIFEST}: field 'spaces.observation.keys' is {_short(keys)}, expected the sorted, "
+                          f"distinct keys of 'spaces.observation.spaces'")
+    parts = []
+    for k in keys:
+        sub = subs[k]
+        kind = sub.get("type") if isinstance(sub, dict) else None
+        if kind == "Discrete" and _is_int(sub.get("n")) and 1 <= sub["n"] <= MAX_DIM:
+            parts.append((k, "Discrete", int(sub["n"]), (1,)))
+        elif (kind == "Box" and isinstance(sub.get("shape"), list) and sub["shape"]
+              and all(_is_int(s) and 1 <= s <= MAX_DIM for s in sub["shape"])):
+            parts.append((k, "Box", 0, tuple(sub["shape"])))
+        else:
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.spaces.{k}' is {_short(sub)}, expected "
+                              f"{{'type': 'Box', 'shape': [...]}} or {{'type': 'Discrete', 'n': n}}")
+    return parts
+
+
+def column_n(obs_n: int, obs_parts, obs_dim: int) -> np.ndarray:
+    """Per column of the observation row: n of the Discrete space whose index it holds, 0 for Box values."""
+    if obs_n:
+        return np.array([obs_n], np.int64)
+    if obs_parts:
+        return np.concatenate([np.full(_width(p), p[2], np.int64) for p in obs_parts])
+    return np.zeros(obs_dim, np.int64)
+
+
+def space_text(obs_n: int, obs_parts) -> str:
+    """The observation space as act's error messages name it."""
+    if obs_n:
+        return f"Discrete({obs_n})"
+    return "Dict(" + ", ".join(f"{k}: " + (f"Discrete({n})" if kind == "Discrete" else f"Box{tuple(shape)}")
+                               for k, kind, n, shape in obs_parts) + ")"
+
+
 class Export:
     """A validated export directory (see :func:`open_export`)."""
 
@@ -213,20 +258,64 @@ class Export:
         self.algorithm = f.get("algorithm", "str")
         self.env_id = f.get("env_id", "str")
         # spaces
-        if f.get("spaces.observation.type", "str") != "Box":
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' must be Box")
+        obs_type = f.get("spaces.observation.type", "str")
+        if obs_type not in ("Box", "Discrete", "Dict", "Image"):
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' is {_short(obs_type)}, expected Box, "
+                              f"Discrete, Dict or Image")
+        self.obs_type = obs_type
+        fs = manifest["spaces"]["observation"].get("frame_stack") if isinstance(manifest["spaces"].get("observation"), dict) else None
+        self.frame_stack = 1
+        if fs is not None:
+            if (not isinstance(fs, dict) or fs.get("kind") != FrameStack.KIND or fs.get("order") != FrameStack.ORDER
+                    or not _is_int(fs.get("k")) or not 2 <= fs["k"] <= 64 or obs_type not in ("Box", "Image")):
+                raise ExportError(f"{MANIFEST}: field 'spaces.observation.frame_stack' is {_short(fs)}, expected "
+                                  f"{{'kind': 'frame_stack', 'k': 2..64, 'order': 'oldest_first'}} on a Box or Image")
+            self.frame_stack = fs["k"]
+        self.image_layout = None
+        if obs_type == "Image":
+            self.image_layout = f.get("spaces.observation.layout", "str")
+            if self.image_layout not in ("HWC", "CHW") or f.get("spaces.observation.dtype", "str") != "uint8":
+                raise ExportError(f"{MANIFEST}: an Image observation needs 'layout' HWC or CHW and dtype uint8")
+        self.input_dtype = "uint8" if obs_type == "Image" else "float32"
+        self.obs_n = f.int_in("spaces.observation.n", 1, MAX_DIM) if obs_type == "Discrete" else 0
+        self.obs_parts = _dict_parts(f) if obs_type == "Dict" else None
         shape = f.get("spaces.observation.shape", "list")
+        if self.obs_parts is not None and shape != [sum(_width(p) for p in self.obs_parts)]:
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, but the Dict keys "
+                              f"hold {sum(_width(p) for p in self.obs_parts)} values")
+        if obs_type == "Discrete" and shape != [1]:
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected [1] for a "
+                              f"Discrete observation (its index)")
         if not shape or not all(_is_int(s) and 1 <= s <= MAX_DIM for s in shape) or int(np.prod(shape)) > MAX_DIM:
             raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected "
                               f"positive sizes of at most {MAX_DIM} elements in all")
-        self.obs_dim = int(np.prod(shape))
-        self.obs_low = _bounds(f, "spaces.observation.low", self.obs_dim, False)
-        self.obs_high = _bounds(f, "spaces.observation.high", self.obs_dim, False)
+        self.frame_shape = tuple(shape)
+        self.frame_dim = int(np.prod(shape))
+        self.obs_dim = self.frame_dim * self.frame_stack  # the model's input row: k frames
+        if self.obs_dim > MAX_DIM * 64:
+            raise ExportError(f"{MANIFEST}: the observation row holds {self.obs_dim} values (at most {MAX_DIM * 64})")
+        if obs_type != "Image":
+            self.obs_low = _bounds(f, "spaces.observation.low", self.frame_dim, False)
+            self.obs_high = _bounds(f, "spaces.observation.high", self.frame_dim, False)
         kind = f.get("spaces.action.type", "str")
+        self.act_kind = kind
         self.act_low = self.act_high = None
+        self.nvec: Optional[np.ndarray] = None  # MultiDiscrete / MultiBinary: choices per dimension
         if kind == "Discrete":
             self.discrete = True
             self.n_actions = f.int_in("spaces.action.n", 1, MAX_DIM)
+        elif kind == "MultiBinary":
+            self.discrete = True
+            self.n_actions = f.int_in("spaces.action.n", 1, MAX_DIM)
+            self.nvec = np.full(self.n_actions, 2, np.int64)
+        elif kind == "MultiDiscrete":
+            self.discrete = True
+            nvec = f.get("spaces.action.nvec", "list")
+            if not nvec or len(nvec) > MAX_DIM or not all(_is_int(v) and 1 <= v <= MAX_DIM for v in nvec):
+                raise ExportError(f"{MANIFEST}: field 'spaces.action.nvec' is {_short(nvec)}, expected 1..{MAX_DIM} "
+                                  f"positive choice counts")
+            self.nvec = np.asarray(nvec, np.int64)
+            self.n_actions = len(nvec)
         elif kind == "Box":
             self.discrete = False
             ashape = f.get("spaces.action.shape", "list")
@@ -238,7 +327,8 @@ class Export:
             if (self.act_low > self.act_high).any():
                 raise ExportError(f"{MANIFEST}: field 'spaces.action.low' exceeds 'spaces.action.high'")
         else:
-            raise ExportError(f"{MANIFEST}: field 'spaces.action.type' is {_short(kind)}, expected Discrete or Box")
+            raise ExportError(f"{MANIFEST}: field 'spaces.action.type' is {_short(kind)}, expected Discrete, Box, "
+                              f"MultiDiscrete or MultiBinary")
         # export
         formats = f.get("export.formats", "list")
         if not formats or not all(isinstance(x, str) and x in FORMAT_FILE for x in formats) or len(set(formats)) != len(formats):
@@ -278,11 +368,12 @@ class Export:
         if in_shape != [want_b, self.obs_dim]:
             raise ExportError(f"{MANIFEST}: field 'io.input.shape' is {_short(in_shape)}, but the observation space "
                               f"and export batch give {_short([want_b, self.obs_dim])}")
-        if f.get("io.input.dtype", "str") != "float32":
-            raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be float32")
+        if f.get("io.input.dtype", "str") != self.input_dtype:
+            raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be {self.input_dtype} for a {obs_type} "
+                              f"observation")
         self.input_name = f.get("io.input.name", "str")
         out_shape = f.get("io.output.shape", "list")
-        want_out = [want_b] + ([] if self.discrete else [self.n_actions])
+        want_out = [want_b] + ([] if kind == "Discrete" else [self.n_actions])
         if out_shape != want_out:
             raise ExportError(f"{MANIFEST}: field 'io.output.shape' is {_short(out_shape)}, but the action space "
                               f"and export batch give {_short(want_out)}")
@@ -311,7 +402,7 @@ class Export:
         self.golden_count = f.int_in("golden.count", 1, MAX_GOLDEN)
         if f.int_in("golden.batch", 1, MAX_BATCH) != self.golden_batch:
             raise ExportError(f"{MANIFEST}: 'golden.batch' differs from 'export.golden_batch' {self.golden_batch}")
-        nbytes = self.golden_count * (self.obs_dim + (1 if self.discrete else self.n_actions)) * 4
+        nbytes = self.golden_count * (self.obs_dim + (1 if kind == "Discrete" else self.n_actions)) * 4
         if nbytes > MAX_GOLDEN_BYTES:
             raise ExportError(f"{MANIFEST}: the golden set declares {self.golden_count} x {self.obs_dim} values "
                               f"({nbytes} bytes, at most {MAX_GOLDEN_BYTES})")
@@ -351,9 +442,9 @@ class Export:
         """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
         name = self.golden_file
         path = self.path(name)
-        want = {"obs": ((self.golden_count, self.obs_dim), np.dtype(np.float32)),
-                "actions": (((self.golden_count,), np.dtype(np.int32)) if self.discrete
-                            else ((self.golden_count, self.n_actions), np.dtype(np.float32)))}
+        want = {"obs": ((self.golden_count, self.obs_dim), np.dtype(self.input_dtype)),
+                "actions": (((self.golden_count,), np.dtype(np.int32)) if self.act_kind == "Discrete"
+                            else ((self.golden_count, self.n_actions), np.dtype(np.int32 if self.discrete else np.float32)))}
         size = os.path.getsize(path)
         try:
             with zipfile.ZipFile(path) as z:
@@ -372,7 +463,7 @@ class Export:
                             raise ExportError(f"{name}: '{key}' has .npy format {version}, expected 1.0 or 2.0")
                     if hdtype.hasobject or hdtype.newbyteorder("=") != dtype.newbyteorder("=") or hdtype.byteorder == ">":
                         raise ExportError(f"{name}: '{key}' has dtype {hdtype}, expected {dtype} (manifest: "
-                                          f"{'Discrete' if self.discrete else 'Box'} actions)")
+                                          f"{self.act_kind} actions)")
                     if tuple(hshape) != shape:
                         raise ExportError(f"{name}: '{key}' has shape {tuple(hshape)}, but the manifest gives {shape}")
                     nbytes = int(np.prod(shape)) * dtype.itemsize
@@ -387,11 +478,19 @@ class Export:
             raise ExportError(f"{name}: not a readable golden set ({_one_line(exc)})") from None
         if not np.isfinite(obs).all():
             raise ExportError(f"{name}: 'obs' holds non-finite values")
-        if self.discrete and (actions.min() < 0 or actions.max() >= self.n_actions):
+        cols = column_n(self.obs_n, self.obs_parts, self.obs_dim)
+        if cols.any():
+            idx = obs[:, cols > 0]
+            if (idx < 0).any() or (idx >= cols[cols > 0]).any() or (idx != np.round(idx)).any():
+                raise ExportError(f"{name}: 'obs' holds values that are not indices of the Discrete observation "
+                                  f"space(s) {_short(cols[cols > 0].tolist())}")
+        if self.nvec is not None and (actions.min() < 0 or (actions >= self.nvec).any()):
+            raise ExportError(f"{name}: 'actions' holds values outside 0..nvec-1 (nvec {self.nvec.tolist()})")
+        elif self.nvec is None and self.discrete and (actions.min() < 0 or actions.max() >= self.n_actions):
             raise ExportError(f"{name}: 'actions' holds indices outside 0..{self.n_actions - 1}")
         if not self.discrete and not np.isfinite(actions).all():
             raise ExportError(f"{name}: 'actions' holds non-finite values")
-        return np.ascontiguousarray(obs, np.float32), np.ascontiguousarray(actions)
+        return np.ascontiguousarray(obs, self.input_dtype), np.ascontiguousarray(actions)
 
 
 def _inside(directory: str, root: str, name: str, prefix: str = "") -> str:
@@ -508,7 +607,7 @@ def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id:
     runner = Runner(backend, run, fixed, info)
     if probe:  # the manifest's input shape; a dynamic batch claim is probed at two sizes
         for b in ([fixed] if fixed else sorted({export.golden_batch, 3})):
-            x = np.zeros((b, export.obs_dim), np.float32)
+            x = np.zeros((b, export.obs_dim), export.input_dtype)
             try:
                 out = np.asarray(run(x))
             except Exception as exc:
@@ -677,8 +776,20 @@ class Policy:
     guard: Optional["Guard"] = None
 
     def __init__(self, obs_dim: int, fixed_batch: Optional[int], discrete: bool, n_actions: int,
-                 act_low=None, act_high=None):
+                 act_low=None, act_high=None, obs_n: int = 0, nvec=None, obs_parts=None, image=None,
+                 frame_stack: int = 1):
         self._obs_dim = int(obs_dim)
+        # Image observations: {"shape": the env's frame shape, "layout": HWC | CHW}; uint8 model input
+        self.image = dict(image) if image else None
+        self.frame_stack = int(frame_stack)
+        self.frame_dim = self._obs_dim // self.frame_stack
+        self._stack = FrameStack(self.frame_stack, self.frame_dim) if self.frame_stack > 1 else None
+        # Dict observations: [(key, "Box" | "Discrete", n, shape)] in the row's (sorted) key order
+        self.obs_parts = [tuple(p) for p in obs_parts] if obs_parts else None
+        self._cols = column_n(int(obs_n), self.obs_parts, self._obs_dim)
+        # MultiDiscrete / MultiBinary: choices per action dimension; actions are int (B, len(nvec))
+        self.nvec = None if nvec is None else np.asarray(nvec, np.int64)
+        self.obs_n = int(obs_n)  # a Discrete observation space's n (0: Box)
         self.fixed_batch = fixed_batch
         self.discrete = bool(discrete)
         self.n_actions = int(n_actions)
@@ -689,9 +800,62 @@ class Policy:
     def obs_dim(self) -> int:
         return self._obs_dim
 
+    def image_text(self) -> str:
+        shape = tuple(self.image["shape"])
+        return f"Image{shape} uint8 frames (values 0..255) of shape {shape} or (batch, {', '.join(map(str, shape))})"
+
+    def _pixels(self, arr: np.ndarray, obs, width: int, what: str) -> np.ndarray:
+        """uint8 rows (B, width) from pixel values: uint8, or integers / floats that are integral in 0..255."""
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise ValueError(f"expected {what}, got dtype {arr.dtype}")
+        if arr.dtype != np.uint8:
+            flat = arr.astype(np.float64).reshape(-1)
+            bad = np.nonzero(~np.isfinite(flat) | (flat < 0) | (flat > 255) | (flat != np.round(flat)))[0]
+            if bad.size:
+                raise ValueError(f"expected {what}, got {flat[bad[0]]:g} at flat index {int(bad[0])}")
+        return np.ascontiguousarray(arr.reshape(-1, width), dtype=np.uint8)
+
+    def frames(self, obs) -> Tuple[np.ndarray, bool]:
+        """One observation or a batch as frame rows (B, frame_dim), and whether it was one."""
+        arr = np.asarray(obs)
+        if self.image is not None:
+            shape = tuple(self.image["shape"])
+            what = self.image_text()
+            if arr.shape in (shape, (self.frame_dim,)):
+                single = True
+            elif arr.ndim >= 2 and arr.shape[1:] in (shape, (self.frame_dim,)) and arr.shape[0] >= 1:
+                single = False
+            else:
+                raise ValueError(f"expected {what}, got shape {arr.shape}")
+            return self._pixels(arr, obs, self.frame_dim, what), single
+        if arr.ndim not in (1, 2) or arr.shape[-1] != self.frame_dim:
+            raise ValueError(f"expected float32 observations of shape ({self.frame_dim},) or (batch, {self.frame_dim}) "
+                             f"(this policy stacks the {self.frame_stack} latest itself), got shape {arr.shape}")
+        rows = arr.reshape(-1, self.frame_dim)
+        if rows.dtype == object or not np.issubdtype(rows.dtype, np.floating) or not np.all(np.isfinite(rows)):
+            raise ValueError(f"expected finite float32 observations of shape ({self.frame_dim},) or (batch, "
+                             f"{self.frame_dim}), got dtype {rows.dtype}")
+        return np.ascontiguousarray(rows, np.float32), arr.ndim == 1
+
+    def reset_frames(self) -> None:
+        """Start new episodes: the frame stack restarts (zeros, then the next observation)."""
+        if self._stack is not None:
+            self._stack.buf = None
+
     def validate(self, obs) -> np.ndarray:
         arr = np.asarray(obs)
+        if self.obs_n:
+            return self._validate_index(arr, obs)
+        if self.image is not None:  # model-input rows: k frames of raw pixels
+            what = f"uint8 rows of shape (batch, {self.obs_dim}) ({self.frame_stack} x {self.image_text()})"
+            if arr.ndim == 1:
+                arr = arr.reshape(1, -1)
+            if arr.ndim != 2 or arr.shape[1] != self.obs_dim or arr.shape[0] < 1:
+                raise ValueError(f"expected {what}, got shape {np.shape(obs)}")
+            return self._pixels(arr, obs, self.obs_dim, what)
         expected = f"float32 observations of shape ({self.obs_dim},) or (batch, {self.obs_dim})"
+        if self.obs_parts:
+            expected = f"a dict observation of {space_text(0, self.obs_parts)} or its packed {expected}"
         if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
             raise ValueError(f"expected {expected}, got dtype {arr.dtype}")
         if arr.ndim == 1:
@@ -702,12 +866,95 @@ class Policy:
         if not np.all(np.isfinite(arr)):
             bad = np.argwhere(~np.isfinite(arr))[0]
             raise ValueError(f"expected finite observations, got {arr[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
+        if self.obs_parts:  # the packed row of a Dict: its Discrete columns hold indices
+            d = self._cols > 0
+            idx = arr[:, d]
+            bad = np.argwhere((idx < 0) | (idx >= self._cols[d]) | (idx != np.round(idx)))
+            if bad.size:
+                col = int(np.nonzero(d)[0][bad[0][1]])
+                raise ValueError(f"expected {space_text(0, self.obs_parts)} observations: column {col} of the packed "
+                                 f"row holds a Discrete index, got {arr[bad[0][0], col]}")
         return arr
 
+    def pack(self, obs) -> Tuple[np.ndarray, bool]:
+        """A Dict observation (a dict of one observation per key, or of batches with a leading
+        batch axis) -> (its packed rows (B, obs_dim) in the manifest's sorted key order, single)."""
+        expected = space_text(0, self.obs_parts)
+        if not isinstance(obs, dict):
+            raise ValueError(f"expected a dict observation of {expected} (or its packed float32 rows of shape "
+                             f"(batch, {self.obs_dim})), got {type(obs).__name__}")
+        keys = [p[0] for p in self.obs_parts]
+        missing = [k for k in keys if k not in obs]
+        extra = sorted(str(k) for k in obs if k not in keys)
+        if missing or extra:
+            raise ValueError(f"expected a dict observation of {expected}: missing keys {missing}, unexpected keys {extra}")
+        cols, single, rows = [], None, None
+        for key, kind, n, shape in self.obs_parts:
+            v = np.asarray(obs[key])
+            if v.dtype == object or not (np.issubdtype(v.dtype, np.integer) or np.issubdtype(v.dtype, np.floating)
+                                         or v.dtype == bool):
+                raise ValueError(f"key {key!r} of {expected}: expected numbers, got dtype {v.dtype}")
+            if kind == "Discrete":
+                if v.ndim > 2 or (v.ndim == 2 and v.shape[1] != 1):
+                    raise ValueError(f"key {key!r} of {expected}: expected a Discrete({n}) index or a batch of them "
+                                     f"(batch,), got shape {v.shape}")
+                one = v.ndim == 0
+                flat = v.reshape(-1, 1).astype(np.float64)
+                bad = np.nonzero(~np.isfinite(flat[:, 0]) | (flat[:, 0] < 0) | (flat[:, 0] >= n)
+                                 | (flat[:, 0] != np.round(flat[:, 0])))[0]
+                if bad.size:
+                    raise ValueError(f"key {key!r} of {expected}: expected a Discrete({n}) index 0..{n - 1}, "
+                                     f"got {flat[bad[0], 0]:g}")
+            else:
+                w = int(np.prod(shape))
+                if v.shape in (tuple(shape), (w,)):
+                    one, flat = True, v.reshape(1, w)
+                elif v.ndim >= 2 and (v.shape[1:] == tuple(shape) or v.shape[1:] == (w,)):
+                    one, flat = False, v.reshape(len(v), w)
+                else:
+                    raise ValueError(f"key {key!r} of {expected}: expected shape {tuple(shape)} or (batch, "
+                                     f"{', '.join(map(str, shape))}), got {v.shape}")
+            if single is None:
+                single, rows = one, len(flat)
+            elif one != single or len(flat) != rows:
+                raise ValueError(f"key {key!r} of {expected}: {len(flat)} observation(s), the keys before it "
+                                 f"hold {rows}: every key needs the same batch")
+            cols.append(flat.astype(np.float32))
+        return np.concatenate(cols, axis=1), bool(single)
+
+    def _validate_index(self, arr: np.ndarray, obs) -> np.ndarray:
+        """A Discrete(n) observation: integer indices, one (a scalar) or a batch (B,) or (B, 1)."""
+        n = self.obs_n
+        expected = (f"Discrete({n}) observations: integer indices 0..{n - 1}, one (a scalar) or a batch of "
+                    f"shape (batch,) or (batch, 1)")
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise ValueError(f"expected {expected}, got dtype {arr.dtype}")
+        if arr.ndim > 2 or (arr.ndim == 2 and arr.shape[1] != 1) or arr.size < 1:
+            raise ValueError(f"expected {expected}, got shape {np.shape(obs)}")
+        flat = arr.reshape(-1)
+        bad = np.nonzero(~np.isfinite(flat.astype(np.float64)) | (flat < 0) | (flat >= n) | (flat != np.round(flat)))[0]
+        if bad.size:
+            raise ValueError(f"expected {expected}, got {flat[bad[0]]} at index {int(bad[0])}")
+        return np.ascontiguousarray(flat.reshape(-1, 1), dtype=np.float32)
+
+    def is_single(self, obs) -> bool:
+        """Whether ``obs`` is one observation (its action is returned without the batch axis)."""
+        return np.ndim(obs) == (0 if self.obs_n else 1)
+
     def act(self, obs) -> np.ndarray:
-        """The environment action for one observation (obs_dim,) or a batch (B, obs_dim)."""
-        single = np.ndim(obs) == 1
-        x = self.validate(obs)
+        """The environment action for one observation (obs_dim,) or a batch (B, obs_dim); for a
+        Discrete observation space, an index or a batch of indices (B,); for a Dict space, a dict
+        {key: one observation or a batch} (or its packed rows, the keys concatenated in sorted order)."""
+        if self.obs_parts and isinstance(obs, dict):
+            packed, single = self.pack(obs)
+            x = self.validate(packed)
+        elif self.image is not None or self._stack is not None:
+            x, single = self.frames(obs)
+            if self._stack is not None:  # the same FrameStack as the training loop
+                x = self._stack.push(x)
+        else:
+            single = self.is_single(obs)
+            x = self.validate(obs)
         out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
         if self.recorder is not None:
             self.recorder.record(x, out)
@@ -729,6 +976,10 @@ class Policy:
         """None if ``out`` is a valid batch of ``n`` environment actions, else the kind of violation."""
         if not isinstance(out, np.ndarray):
             return "shape"
+        if self.nvec is not None:
+            if out.shape != (n, len(self.nvec)) or out.dtype.kind not in "iu":
+                return "shape"
+            return None if n == 0 or (out.min() >= 0 and (out < self.nvec).all()) else "out_of_range"
         if self.discrete:
             if out.shape != (n,) or out.dtype.kind not in "iu":
                 return "shape"
@@ -824,7 +1075,10 @@ class ExportPolicy(Policy):
 
     def __init__(self, export: Export, runner: Runner):
         super().__init__(export.obs_dim, runner.fixed_batch, export.discrete, export.n_actions,
-                         export.act_low, export.act_high)
+                         export.act_low, export.act_high, obs_n=export.obs_n, nvec=export.nvec,
+                         obs_parts=export.obs_parts, frame_stack=export.frame_stack,
+                         image=None if export.image_layout is None else
+                         {"shape": export.frame_shape, "layout": export.image_layout})
         self.export = export
         self.runner = runner
         self.backend = runner.backend
@@ -888,6 +1142,53 @@ def open_export_backend_check(export: Export, backend: str) -> None:
                           f"{backend}{hint}")
 
 
+# -- frame stacking -----------------------------------------------------------------------------
+class FrameStack:
+    """The k most recent observation rows of each of B streams, oldest first, concatenated:
+    (B, k * d). A stream starts (and restarts, ``reset_mask``) with zeros and its first row last,
+    as Stable-Baselines3's VecFrameStack. What cannot be a pure function of one frame lives here,
+    outside the policy cell; the training loop (algorithms/on_policy.py), the episode runner and
+    the deployed ``Policy.act`` all use this class, and the manifest records it
+    (``spaces.observation.frame_stack``: kind, k, order) so load_policy / verify reproduce it."""
+
+    KIND = "frame_stack"
+    ORDER = "oldest_first"
+
+    def __init__(self, k: int, width: int):
+        self.k, self.width = int(k), int(width)
+        self.buf: Optional[np.ndarray] = None
+
+    def reset(self, rows: np.ndarray) -> np.ndarray:
+        """Start every stream with ``rows`` (B, d); returns the stacked rows (B, k * d)."""
+        rows = np.asarray(rows)
+        self.buf = np.zeros((len(rows), self.k * self.width), rows.dtype)
+        self.buf[:, -self.width:] = rows
+        return self.buf.copy()
+
+    def push(self, rows: np.ndarray, reset_mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """Append ``rows``; the streams of ``reset_mask`` restart (zeros, then the row)."""
+        rows = np.asarray(rows)
+        if self.buf is None or len(self.buf) != len(rows):
+            return self.reset(rows)
+        self.buf[:, :-self.width] = self.buf[:, self.width:].copy()
+        self.buf[:, -self.width:] = rows
+        if reset_mask is not None and np.any(reset_mask):
+            self.buf[np.asarray(reset_mask, bool), :-self.width] = 0
+        return self.buf.copy()
+
+    def peek(self, rows: np.ndarray) -> np.ndarray:
+        """The stacked rows ``push(rows)`` would give, without changing the state (the true final
+        observation of an ended episode, for the value bootstrap)."""
+        rows = np.asarray(rows)
+        out = np.empty_like(self.buf)
+        out[:, :-self.width] = self.buf[:, self.width:]
+        out[:, -self.width:] = rows
+        return out
+
+    def spec(self) -> dict:
+        return {"kind": self.KIND, "k": self.k, "order": self.ORDER}
+
+
 # -- checking -----------------------------------------------------------------------------------
 def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: float) -> dict:
     """The golden-set comparison of ``msrl verify`` and ``check``: discrete actions identical,
@@ -898,8 +1199,8 @@ def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: flo
         return {"shape_mismatch": True, "pred_shape": list(pred.shape), "ref_shape": list(ref.shape),
                 "passed": False, "first_mismatch": 0}
     out: Dict[str, Any] = {"count": int(len(ref))}
-    if discrete:
-        equal = pred.astype(np.int64) == ref.astype(np.int64)
+    if discrete:  # per row: a MultiDiscrete / MultiBinary action agrees when every dimension does
+        equal = (pred.astype(np.int64) == ref.astype(np.int64)).reshape(len(ref), -1).all(axis=1)
         out["agreement"] = float(equal.mean())
         bad = np.nonzero(~equal)[0]
         out["first_mismatch"] = int(bad[0]) if bad.size else None
@@ -942,12 +1243,15 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
 
 
 def latency(policy: Policy, obs: np.ndarray, batch: int, seconds: float = 1.0, min_calls: int = 30) -> dict:
-    rows = np.resize(obs, (batch, obs.shape[1])).astype(np.float32)
+    rows = np.resize(obs, (batch, obs.shape[1])).astype(obs.dtype)
+    # ``obs`` are model-input rows (golden set); with frame stacking they hold k frames, which act()
+    # (it takes one frame and stacks it) does not take: time validation + model on the rows instead
+    call = policy.act if policy.frame_stack == 1 else (lambda r: policy.run_batched(policy.validate(r)))
     times = []
     t_end = time.perf_counter() + seconds
     while len(times) < min_calls or (time.perf_counter() < t_end and len(times) < 10_000):
         t0 = time.perf_counter()
-        policy.act(rows)
+        call(rows)
         times.append(time.perf_counter() - t0)
     us = np.asarray(times) * 1e6
     return {"batch": batch, "calls": len(times), "p50_us": float(np.percentile(us, 50)),

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 import mindspore as ms
-from mindspore import ops
+import numpy as np
+from mindspore import Tensor, nn, ops
 
 LOG_2PI = math.log(2.0 * math.pi)
 LOG_2 = math.log(2.0)
@@ -51,3 +52,110 @@ def tanh_gaussian_log_prob(mean, log_std, u):
     log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)) (Haarnoja et al. 2018, appendix C)."""
     correction = 2.0 * (LOG_2 - u - ops.softplus(-2.0 * u))
     return gaussian_log_prob(mean, log_std, u) - correction.sum(-1)
+
+
+# Per-dimension discrete actions (MultiDiscrete, MultiBinary) ----------------------------------
+# One Cell per action space, with the methods the PPO graphs call (sample with host noise,
+# log_prob, entropy) and ``mode`` (the deterministic action of the exported cell). The host
+# side, ``noise(rng, n)``, draws exactly the noise ``sample`` consumes from the run's Generator.
+def gumbel_noise(rng, shape):
+    """Gumbel(0, 1) noise from the run's Generator (categorical_sample's input)."""
+    u = rng.random(shape)
+    return (-np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))).astype(np.float32)
+
+
+class MultiCategorical(nn.Cell):
+    """Independent categoricals over the logit segments of ``nvec`` (SB3's MultiCategorical):
+    log_prob and entropy are sums over the dimensions; each dimension samples by Gumbel-max.
+
+    Vectorized, no per-dimension loop (MindSpore's ONNX writer has no list operator): the logits
+    (B, sum(nvec)) are gathered into a padded (B, dims, max(nvec)) block whose padding holds
+    ``PAD`` (-1e9: probability exactly 0 in float32, and no inf * 0 NaN in the entropy), so one
+    ArgMax / log_softmax over the last axis serves every dimension."""
+
+    PAD = -1e9
+
+    def __init__(self, nvec):
+        super().__init__()
+        self.nvec = tuple(int(n) for n in nvec)
+        self.dims, self.width = len(self.nvec), max(self.nvec)
+        idx = np.zeros((self.dims, self.width), np.int32)
+        pad = np.zeros((self.dims, self.width), np.float32)
+        start = 0
+        for i, n in enumerate(self.nvec):
+            idx[i, :n] = np.arange(start, start + n)
+            idx[i, n:] = start  # any valid column; masked below
+            pad[i, n:] = self.PAD
+            start += n
+        self.idx = Tensor(idx.reshape(-1))
+        self.pad = Tensor(pad)
+
+    def noise_width(self) -> int:
+        return int(sum(self.nvec))
+
+    def noise(self, rng, n: int):
+        return gumbel_noise(rng, (n, self.noise_width()))
+
+    def padded(self, x):
+        """(B, sum(nvec)) -> (B, dims, max(nvec)), padding PAD."""
+        return ops.gather(x, self.idx, 1).reshape((-1, self.dims, self.width)) + self.pad
+
+    def sample(self, logits, noise):
+        return ops.Argmax(axis=-1, output_type=ms.int32)(self.padded(logits + noise))
+
+    def mode(self, logits):
+        return ops.cast(ops.argmax(self.padded(logits), -1), ms.int32)
+
+    def log_prob(self, logits, actions):
+        logp = ops.log_softmax(self.padded(logits), -1)
+        onehot = ops.one_hot(actions, self.width, ops.ones((), ms.float32), ops.zeros((), ms.float32))
+        return (logp * onehot).sum(-1).sum(-1)
+
+    def entropy(self, logits):
+        logp = ops.log_softmax(self.padded(logits), -1)
+        return -(ops.exp(logp) * logp).sum(-1).sum(-1)
+
+
+class Bernoulli(nn.Cell):
+    """Independent Bernoullis with p = sigmoid(logit) per dimension (SB3's BernoulliDistribution).
+    A sample is ``logit + L > 0`` with L = log(u) - log(1 - u) logistic noise from the host (an
+    exact Bernoulli(sigmoid(logit)) sample); the mode is ``logit > 0`` (p > 0.5)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = int(n)
+
+    def noise_width(self) -> int:
+        return self.n
+
+    def noise(self, rng, n: int):
+        u = np.clip(rng.random((n, self.n)), 1e-12, 1.0 - 1e-7)
+        return (np.log(u) - np.log1p(-u)).astype(np.float32)
+
+    def sample(self, logits, noise):
+        return ops.cast(logits + noise > 0.0, ms.int32)
+
+    def mode(self, logits):
+        return ops.cast(logits > 0.0, ms.int32)
+
+    def log_prob(self, logits, actions):
+        # a * log sigmoid(l) + (1 - a) * log sigmoid(-l) = a * l - softplus(l)
+        return (ops.cast(actions, ms.float32) * logits - ops.softplus(logits)).sum(-1)
+
+    def entropy(self, logits):
+        # -(p log p + (1 - p) log(1 - p)) = softplus(l) - p * l
+        return (ops.softplus(logits) - ops.sigmoid(logits) * logits).sum(-1)
+
+
+def multi_noise(spec, rng, n: int):
+    """The host noise of a MultiDiscrete / MultiBinary rollout step (n rows)."""
+    return multi_distribution(spec).noise(rng, n)
+
+
+def multi_distribution(spec):
+    """The distribution Cell of a MultiDiscrete / MultiBinary action space; None for the others."""
+    if spec.act_kind == "MultiDiscrete":
+        return MultiCategorical(spec.nvec)
+    if spec.act_kind == "MultiBinary":
+        return Bernoulli(spec.n_actions)
+    return None

@@ -9,7 +9,7 @@ every ended sub-env, so truncated episodes bootstrap from it and terminated ones
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import numpy as np
@@ -19,26 +19,103 @@ from .config import ConfigError, EnvConfig
 
 @dataclass(frozen=True)
 class SpaceSpec:
-    """What the policy cell and the exporter need to know about the spaces."""
+    """What the policy cell and the exporter need to know about the spaces.
+
+    Observations reach the policy cell as one float32 row of ``obs_dim`` values per observation:
+    a Box flattened; a Discrete observation as its index (one value, one-hot inside the cell).
+    Actions: ``discrete`` means integer actions compared exactly (Discrete, MultiDiscrete,
+    MultiBinary); ``act_kind`` names the space. ``n_actions`` is the number of choices of a
+    Discrete space and the action width of the others; ``nvec`` the choices per dimension of
+    MultiDiscrete (2 per dimension for MultiBinary)."""
     obs_shape: Tuple[int, ...]
     obs_low: np.ndarray
     obs_high: np.ndarray
     discrete: bool
-    n_actions: int          # Discrete: number of actions; Box: flat action dimension
+    n_actions: int          # Discrete: number of actions; Box/MultiDiscrete/MultiBinary: action width
     act_low: Optional[np.ndarray] = None
     act_high: Optional[np.ndarray] = None
+    obs_kind: str = "Box"   # Box | Discrete
+    obs_n: int = 0          # Discrete observations: the number of values
+    act_kind: str = ""      # Discrete | Box | MultiDiscrete | MultiBinary ("" : Discrete or Box from `discrete`)
+    nvec: Tuple[int, ...] = ()
+    obs_parts: Tuple[Tuple[str, str, int, Tuple[int, ...]], ...] = ()
+    """Dict observations: (key, "Box" | "Discrete", n, shape) per key, in the sorted key order in
+    which the row concatenates them (a Box key flattened, a Discrete key as its index)."""
+    image_layout: str = ""  # Image observations: "HWC" (channels last) or "CHW" (channels first)
+    frame_stack: int = 1    # k observations per row, oldest first (deploy.FrameStack)
+
+    @property
+    def frame_dim(self) -> int:
+        """Values of one observation (one frame) in the row."""
+        return int(np.prod(self.obs_shape))
+
+    @property
+    def image_hwc(self) -> Tuple[int, int, int]:
+        """(height, width, channels) of an image observation."""
+        s = tuple(self.obs_shape)
+        if len(s) == 2:
+            return (s[0], s[1], 1)
+        return (s[0], s[1], s[2]) if self.image_layout == "HWC" else (s[1], s[2], s[0])
+
+    @property
+    def input_dtype(self) -> str:
+        """dtype of the policy cell's input: uint8 for images (the raw frame), else float32."""
+        return "uint8" if self.obs_kind == "Image" else "float32"
+
+    def __post_init__(self):
+        if not self.act_kind:
+            object.__setattr__(self, "act_kind", "Discrete" if self.discrete else "Box")
 
     @property
     def obs_dim(self) -> int:
-        return int(np.prod(self.obs_shape))
+        """Width of the policy cell's input row: k stacked observations."""
+        return int(np.prod(self.obs_shape)) * self.frame_stack
+
+    @property
+    def column_n(self) -> np.ndarray:
+        """Per column of the observation row: n of the Discrete space it holds the index of, 0 for Box."""
+        if self.obs_kind == "Discrete":
+            return np.array([self.obs_n], np.int64)
+        if self.obs_kind == "Dict":
+            return np.concatenate([np.full(int(np.prod(shape)), n if kind == "Discrete" else 0, np.int64)
+                                   for _, kind, n, shape in self.obs_parts])
+        return np.zeros(self.obs_dim, np.int64)
+
+    @property
+    def action_shape(self) -> Tuple[int, ...]:
+        """The shape of one environment action: () for Discrete, (n_actions,) otherwise."""
+        return () if self.act_kind == "Discrete" else (self.n_actions,)
+
+    @property
+    def logits_dim(self) -> int:
+        """Width of the actor's output: logits of every choice (MultiDiscrete: sum(nvec))."""
+        return int(sum(self.nvec)) if self.act_kind == "MultiDiscrete" else self.n_actions
 
     def to_json(self) -> dict:
-        d = {
-            "observation": {"type": "Box", "shape": list(self.obs_shape), "dtype": "float32",
-                            "low": _jsonable(self.obs_low), "high": _jsonable(self.obs_high)},
-        }
-        if self.discrete:
+        o = {"type": "Box", "shape": list(self.obs_shape), "dtype": "float32",
+             "low": _jsonable(self.obs_low), "high": _jsonable(self.obs_high)}
+        if self.obs_kind == "Discrete":
+            o["type"], o["n"] = "Discrete", self.obs_n
+        if self.obs_kind == "Image":
+            o.update({"type": "Image", "dtype": "uint8", "layout": self.image_layout, "low": 0, "high": 255})
+        else:
+            d_ = self.frame_dim
+            o["low"], o["high"] = _jsonable(self.obs_low[:d_]), _jsonable(self.obs_high[:d_])
+        if self.frame_stack > 1:
+            o["frame_stack"] = {"kind": "frame_stack", "k": self.frame_stack, "order": "oldest_first"}
+        if self.obs_kind == "Dict":
+            o["type"] = "Dict"
+            o["keys"] = [k for k, _, _, _ in self.obs_parts]
+            o["spaces"] = {k: ({"type": "Discrete", "n": n} if kind == "Discrete" else {"type": "Box", "shape": list(shape)})
+                           for k, kind, n, shape in self.obs_parts}
+        d = {"observation": o}
+        if self.act_kind == "Discrete":
             d["action"] = {"type": "Discrete", "n": self.n_actions, "dtype": "int32"}
+        elif self.act_kind == "MultiDiscrete":
+            d["action"] = {"type": "MultiDiscrete", "nvec": list(self.nvec), "shape": [self.n_actions],
+                           "dtype": "int32"}
+        elif self.act_kind == "MultiBinary":
+            d["action"] = {"type": "MultiBinary", "n": self.n_actions, "shape": [self.n_actions], "dtype": "int32"}
         else:
             d["action"] = {"type": "Box", "shape": [self.n_actions], "dtype": "float32",
                            "low": _jsonable(self.act_low), "high": _jsonable(self.act_high)}
@@ -47,12 +124,41 @@ class SpaceSpec:
     @staticmethod
     def from_json(d: dict) -> "SpaceSpec":
         o, a = d["observation"], d["action"]
-        obs_low = np.asarray(_unjson(o["low"]), dtype=np.float32)
-        obs_high = np.asarray(_unjson(o["high"]), dtype=np.float32)
+        k = int(o.get("frame_stack", {}).get("k", 1))
+        if o["type"] == "Image":
+            size = int(np.prod(o["shape"])) * k
+            obs_low, obs_high = np.zeros(size, np.float32), np.full(size, 255.0, np.float32)
+        else:
+            obs_low = np.tile(np.asarray(_unjson(o["low"]), dtype=np.float32), k)
+            obs_high = np.tile(np.asarray(_unjson(o["high"]), dtype=np.float32), k)
+        parts = tuple((k, o["spaces"][k]["type"], int(o["spaces"][k].get("n", 0)),
+                       tuple(o["spaces"][k].get("shape", [1]))) for k in o.get("keys", []))
+        ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)), obs_parts=parts, frame_stack=k,
+                  image_layout=o.get("layout", ""))
         if a["type"] == "Discrete":
-            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]))
+            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]), **ob)
+        if a["type"] == "MultiDiscrete":
+            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, len(a["nvec"]), act_kind="MultiDiscrete",
+                             nvec=tuple(int(v) for v in a["nvec"]), **ob)
+        if a["type"] == "MultiBinary":
+            return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]), act_kind="MultiBinary",
+                             nvec=(2,) * int(a["n"]), **ob)
         return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, False, int(a["shape"][0]),
-                         np.asarray(_unjson(a["low"]), np.float32), np.asarray(_unjson(a["high"]), np.float32))
+                         np.asarray(_unjson(a["low"]), np.float32), np.asarray(_unjson(a["high"]), np.float32), **ob)
+
+    def sample_obs(self, rng: np.random.Generator, low: np.ndarray, high: np.ndarray, n: int) -> np.ndarray:
+        """``n`` observations drawn uniformly inside [low, high] (finite bounds), as the cell takes
+        them: float32 rows; Discrete observations are integer indices."""
+        if self.obs_kind == "Discrete":
+            return rng.integers(0, self.obs_n, (n, 1)).astype(np.float32)
+        if self.obs_kind == "Image":
+            return rng.integers(0, 256, (n, self.obs_dim)).astype(np.uint8)
+        if self.obs_kind == "Dict":
+            cols = self.column_n
+            x = rng.uniform(low, high, (n, self.obs_dim))
+            idx = np.floor(rng.random((n, self.obs_dim)) * np.maximum(cols, 1))
+            return np.where(cols > 0, idx, x).astype(np.float32)
+        return rng.uniform(low, high, (n, self.obs_dim)).astype(np.float32)
 
 
 def _jsonable(arr: np.ndarray) -> list:
@@ -65,21 +171,85 @@ def _unjson(values: list) -> list:
 
 
 def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
-    """Check the spaces are supported (Box observations; Box or Discrete actions)."""
+    """Check the spaces are supported (Box, Discrete or Dict-of-those observations; Box, Discrete,
+    MultiDiscrete or MultiBinary actions)."""
     from gymnasium import spaces
 
     who = f"environment {env_id!r}: " if env_id else ""
-    if not isinstance(observation_space, spaces.Box):
+    obs_kind, obs_n, image_layout = "Box", 0, ""
+    if isinstance(observation_space, spaces.Discrete):
+        if int(observation_space.start) != 0:
+            raise ConfigError(f"{who}unsupported Discrete observation space with start={observation_space.start}; "
+                              f"expected start 0")
+        obs_kind, obs_n = "Discrete", int(observation_space.n)
+        obs_shape = (1,)
+        obs_low, obs_high = np.zeros(1, np.float32), np.full(1, obs_n - 1, np.float32)
+    elif isinstance(observation_space, spaces.Box) and observation_space.dtype == np.uint8:
+        shape = tuple(observation_space.shape)
+        if len(shape) == 3 and shape[-1] in (1, 3, 4):
+            layout = "HWC"
+        elif len(shape) == 3 and shape[0] in (1, 3, 4):
+            layout = "CHW"
+        elif len(shape) == 2:
+            layout = "HWC"
+        else:
+            raise ConfigError(f"{who}unsupported uint8 observation shape {shape}; an image is (height, width), "
+                              f"(height, width, channels) or (channels, height, width) with 1, 3 or 4 channels")
+        if np.any(observation_space.low != 0) or np.any(observation_space.high != 255):
+            raise ConfigError(f"{who}uint8 image observations must span 0..255 (the cell divides by 255); got "
+                              f"low {observation_space.low.min()}..high {observation_space.high.max()}")
+        obs_kind, obs_shape = "Image", shape
+        obs_low = np.zeros(int(np.prod(shape)), np.float32)
+        obs_high = np.full(int(np.prod(shape)), 255.0, np.float32)
+        image_layout = layout
+    elif isinstance(observation_space, spaces.Box):
+        if not np.issubdtype(observation_space.dtype, np.floating):
+            raise ConfigError(f"{who}unsupported observation dtype {observation_space.dtype}; expected a float Box "
+                              f"(or a uint8 image)")
+        obs_shape = tuple(observation_space.shape)
+        obs_low = np.asarray(observation_space.low, np.float32).ravel()
+        obs_high = np.asarray(observation_space.high, np.float32).ravel()
+    elif isinstance(observation_space, spaces.Dict):
+        obs_kind = "Dict"
+        parts, lows, highs = [], [], []
+        for key in sorted(observation_space.spaces):
+            sub = observation_space.spaces[key]
+            try:
+                s = space_spec(sub, spaces.Discrete(2))
+            except ConfigError as exc:
+                raise ConfigError(f"{who}Dict observation key {key!r}: {exc}") from None
+            if s.obs_kind in ("Dict", "Image"):
+                raise ConfigError(f"{who}Dict observation key {key!r} is a {s.obs_kind}; Dict observations hold "
+                                  f"Box and Discrete keys (nested Dicts and images inside a Dict are not supported)")
+            parts.append((str(key), s.obs_kind, s.obs_n, tuple(s.obs_shape) if s.obs_kind == "Box" else (1,)))
+            lows.append(s.obs_low)
+            highs.append(s.obs_high)
+        if not parts:
+            raise ConfigError(f"{who}the Dict observation space has no keys")
+        obs_low, obs_high = np.concatenate(lows), np.concatenate(highs)
+        obs_shape = (int(obs_low.size),)
+    else:
         raise ConfigError(f"{who}unsupported observation space {type(observation_space).__name__} "
-                          f"({observation_space}); msrl-consistent supports Box observations")
-    if not np.issubdtype(observation_space.dtype, np.floating):
-        raise ConfigError(f"{who}unsupported observation dtype {observation_space.dtype}; expected a float Box")
-    obs_low = np.asarray(observation_space.low, np.float32).ravel()
-    obs_high = np.asarray(observation_space.high, np.float32).ravel()
+                          f"({observation_space}); msrl-consistent supports Box, Discrete and Dict observations")
+    ob = dict(obs_kind=obs_kind, obs_n=obs_n, image_layout=image_layout)
+    if obs_kind == "Dict":
+        ob["obs_parts"] = tuple(parts)
     if isinstance(action_space, spaces.Discrete):
         if int(action_space.start) != 0:
             raise ConfigError(f"{who}unsupported Discrete action space with start={action_space.start}; expected start 0")
-        return SpaceSpec(tuple(observation_space.shape), obs_low, obs_high, True, int(action_space.n))
+        return SpaceSpec(obs_shape, obs_low, obs_high, True, int(action_space.n), **ob)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        nvec = np.asarray(action_space.nvec)
+        if nvec.ndim != 1 or np.any(np.asarray(action_space.start) != 0):
+            raise ConfigError(f"{who}unsupported MultiDiscrete action space {action_space}; expected a 1-D nvec "
+                              f"with start 0")
+        return SpaceSpec(obs_shape, obs_low, obs_high, True, int(nvec.size), act_kind="MultiDiscrete",
+                         nvec=tuple(int(v) for v in nvec), **ob)
+    if isinstance(action_space, spaces.MultiBinary):
+        if np.ndim(action_space.n) != 0:
+            raise ConfigError(f"{who}unsupported MultiBinary action shape {action_space.shape}; expected MultiBinary(n)")
+        n = int(action_space.n)
+        return SpaceSpec(obs_shape, obs_low, obs_high, True, n, act_kind="MultiBinary", nvec=(2,) * n, **ob)
     if isinstance(action_space, spaces.Box):
         if len(action_space.shape) != 1:
             raise ConfigError(f"{who}unsupported Box action shape {action_space.shape}; expected a 1-D Box")
@@ -87,15 +257,31 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
         high = np.asarray(action_space.high, np.float32)
         if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise ConfigError(f"{who}Box action space must have finite bounds, got low={low} high={high}")
-        return SpaceSpec(tuple(observation_space.shape), obs_low, obs_high, False, int(action_space.shape[0]), low, high)
+        return SpaceSpec(obs_shape, obs_low, obs_high, False, int(action_space.shape[0]), low, high, **ob)
     raise ConfigError(f"{who}unsupported action space {type(action_space).__name__} ({action_space}); "
-                      f"msrl-consistent supports Box and Discrete actions")
+                      f"msrl-consistent supports Box, Discrete, MultiDiscrete and MultiBinary actions")
+
+
+def flat_obs(obs, n: int) -> np.ndarray:
+    """A batch of ``n`` observations as the policy cell's rows, float32 (n, obs_dim): a Box
+    flattened, a Discrete index as one value, a Dict (of arrays with a leading batch axis, or one
+    observation when n == 1) concatenated in sorted key order (SpaceSpec.obs_parts)."""
+    if isinstance(obs, dict):
+        return np.concatenate([np.asarray(obs[k], np.float32).reshape(n, -1) for k in sorted(obs)], axis=1)
+    arr = np.asarray(obs)
+    if arr.dtype == np.uint8:  # an image: the raw frame is the cell's input
+        return arr.reshape(n, -1)
+    return np.asarray(arr, dtype=np.float32).reshape(n, -1)
 
 
 def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
     """One gymnasium env; unknown ids become a ConfigError naming the id."""
     import gymnasium as gym
 
+    if env_cfg.id.startswith("ALE/") or "NoFrameskip" in env_cfg.id:
+        from .optional import ATARI_INSTALL, require
+        ale_py = require("ale_py", f"environment {env_cfg.id!r} (Atari)", ATARI_INSTALL)
+        gym.register_envs(ale_py)
     kwargs = {}
     if env_cfg.max_episode_steps is not None:
         kwargs["max_episode_steps"] = env_cfg.max_episode_steps
@@ -129,7 +315,7 @@ def seed_vec_env(venv, seed: int) -> np.ndarray:
     obs, _ = venv.reset(seed=[seed + i for i in range(n)])
     venv.action_space.seed(seed)
     venv.single_action_space.seed(seed)
-    return np.asarray(obs, dtype=np.float32)
+    return flat_obs(obs, n)
 
 
 def step_transitions(venv, actions: np.ndarray):
@@ -139,14 +325,14 @@ def step_transitions(venv, actions: np.ndarray):
     there it is the true final observation of the ended episode (from ``info['final_obs']``).
     """
     obs, reward, terminated, truncated, info = venv.step(actions)
-    obs = np.asarray(obs, dtype=np.float32)
+    obs = flat_obs(obs, venv.num_envs)
     real_next = obs
     if "_final_obs" in info:
         mask = info["_final_obs"]
         if np.any(mask):
             real_next = obs.copy()
             for i in np.nonzero(mask)[0]:
-                real_next[i] = np.asarray(info["final_obs"][i], dtype=np.float32)
+                real_next[i] = flat_obs(info["final_obs"][i], 1)[0]
     return (obs, np.asarray(reward, dtype=np.float32), np.asarray(terminated, dtype=bool),
             np.asarray(truncated, dtype=bool), real_next)
 
@@ -154,6 +340,13 @@ def step_transitions(venv, actions: np.ndarray):
 def env_spec(env_cfg: EnvConfig) -> SpaceSpec:
     env = make_env(env_cfg)
     try:
-        return space_spec(env.observation_space, env.action_space, env_cfg.id)
+        spec = space_spec(env.observation_space, env.action_space, env_cfg.id)
     finally:
         env.close()
+    k = int(getattr(env_cfg, "frame_stack", 1) or 1)
+    if k > 1:
+        if spec.obs_kind not in ("Box", "Image"):
+            raise ConfigError(f"key 'env.frame_stack' is {k}, but the observation space is {spec.obs_kind}; frame "
+                              f"stacking applies to Box and image observations")
+        spec = replace(spec, frame_stack=k, obs_low=np.tile(spec.obs_low, k), obs_high=np.tile(spec.obs_high, k))
+    return spec

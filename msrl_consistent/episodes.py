@@ -14,7 +14,8 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from .config import EnvConfig
-from .envs import make_env, space_spec
+from .deploy import FrameStack
+from .envs import flat_obs, make_env, space_spec
 
 Act = Callable[[np.ndarray], np.ndarray]
 
@@ -40,10 +41,12 @@ def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step
         for ep in range(episodes):
             obs, _ = env.reset(seed=seed + ep)
             env.action_space.seed(seed + ep)
+            for f in (act, reference):  # a policy that stacks frames starts each episode afresh
+                getattr(getattr(f, "__self__", None), "reset_frames", lambda: None)()
             done, ret, t = False, 0.0, 0
             traj_obs, traj_act, traj_ref = [], [], []
             while not done:
-                batch = np.asarray(obs, np.float32).reshape(1, -1)
+                batch = flat_obs(obs, 1)
                 t0 = time.perf_counter()
                 action = np.asarray(act(batch))
                 latencies.append(time.perf_counter() - t0)
@@ -53,7 +56,8 @@ def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step
                     traj_act.append(flat)
                     if reference is not None:
                         traj_ref.append(np.asarray(reference(batch)).reshape(-1))
-                a = int(flat[0]) if spec.discrete else flat.astype(np.float32)
+                a = flat.astype(np.float32) if not spec.discrete else (
+                    int(flat[0]) if spec.act_kind == "Discrete" else flat.astype(np.int64))
                 obs, r, term, trunc, _ = env.step(a)
                 ret += float(r)
                 done = bool(term or trunc)
@@ -73,12 +77,14 @@ def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step
     return out
 
 
-def run_episodes_batched(env_cfg: EnvConfig, act: Act, episodes: int, seed: int) -> Dict[str, list]:
+def run_episodes_batched(env_cfg: EnvConfig, act: Act, episodes: int, seed: int,
+                         frame_stack: int = 1) -> Dict[str, list]:
     """The same seeded episodes as :func:`run_episodes`, run side by side: one vector env of
     ``episodes`` envs (env i reset with seed ``seed + i``) and one ``act`` call per step for all
     of them, so an evaluation of E episodes costs max(length) policy calls instead of
     sum(lengths). Finished envs keep stepping (SAME_STEP autoreset) until the last episode ends;
-    their later rewards are not counted.
+    their later rewards are not counted. ``frame_stack`` k > 1: ``act`` gets the k latest
+    observations of each env (deploy.FrameStack, restarted where an episode ended).
 
     Discrete actions are the same as at batch 1 (argmax of the same logits up to ~1e-7); a
     continuous policy's actions at batch E can differ from batch 1 by ~1e-7 (other kernel
@@ -95,18 +101,23 @@ def run_episodes_batched(env_cfg: EnvConfig, act: Act, episodes: int, seed: int)
     latencies: List[float] = []
     try:
         obs, _ = venv.reset(seed=[seed + i for i in range(episodes)])
+        stack = FrameStack(frame_stack, flat_obs(obs, episodes).shape[1]) if frame_stack > 1 else None
+        ended = None
         while not done.all():
-            batch = np.asarray(obs, np.float32).reshape(episodes, -1)
+            batch = flat_obs(obs, episodes)
+            if stack is not None:
+                batch = stack.push(batch, ended)
             t0 = time.perf_counter()
             action = np.asarray(act(batch))
             latencies.append(time.perf_counter() - t0)
-            a = action.reshape(episodes).astype(np.int64) if spec.discrete else \
+            a = action.reshape((episodes,) + spec.action_shape).astype(np.int64) if spec.discrete else \
                 action.reshape(episodes, -1).astype(np.float32)
             obs, r, term, trunc, _ = venv.step(a)
             live = ~done
             returns[live] += np.asarray(r, np.float64)[live]
             lengths[live] += 1
-            done |= np.asarray(term, bool) | np.asarray(trunc, bool)
+            ended = np.asarray(term, bool) | np.asarray(trunc, bool)
+            done |= ended
     finally:
         venv.close()
     return {"returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths], "latencies": latencies}

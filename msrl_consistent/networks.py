@@ -116,6 +116,201 @@ class Chain(nn.Cell):
 
 
 # ---------------------------------------------------------------------------------------
+# Observation encoders: what turns the raw observation row into network input, inside the cell
+# ---------------------------------------------------------------------------------------
+class OneHot(nn.Cell):
+    """A Discrete observation (its index as one float32 value, shape (B, 1)) -> one-hot (B, n).
+
+    ``index == [0, 1, ..., n-1]`` as float32: an exact comparison (Equal + Cast in the exported
+    graph, no OneHot operator, whose negative-index rule differs between runtimes). An index
+    outside 0..n-1 gives the zero vector; deploy.Policy refuses such inputs before the cell."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = int(n)
+        self.values = Tensor(np.arange(self.n, dtype=np.float32))
+
+    def construct(self, x):
+        return ops.cast(ops.equal(x, self.values), ms.float32)
+
+
+class DictEncoder(nn.Cell):
+    """A Dict observation row (its keys' values concatenated in sorted key order, a Discrete key
+    as its index) -> the keys' features in the same order: a Box key's values as they are, a
+    Discrete key one-hot. One constant Gather picks, for every feature, the row column it comes
+    from; Equal against a constant gives the one-hot features; a constant 0/1 mask chooses
+    between the two (``x * 1 + 0`` and ``x * 0 + onehot`` are exact), so the exported graph is
+    Gather, Equal, Cast, Mul, Add for any mix of keys (no list op, no OneHot op)."""
+
+    def __init__(self, parts):
+        super().__init__()
+        src, values, is_box = [], [], []
+        col = 0
+        for _, kind, n, shape in parts:
+            if kind == "Discrete":
+                src += [col] * n
+                values += list(range(n))
+                is_box += [0.0] * n
+                col += 1
+            else:
+                w = int(np.prod(shape))
+                src += list(range(col, col + w))
+                values += [-1.0] * w  # never equal: the Box features take the raw value
+                is_box += [1.0] * w
+                col += w
+        self.out_dim = len(src)
+        self.src = Tensor(np.asarray(src, np.int32))
+        self.values = Tensor(np.asarray(values, np.float32))
+        self.box = Tensor(np.asarray(is_box, np.float32))
+        self.onehot_mask = Tensor(1.0 - np.asarray(is_box, np.float32))
+
+    def construct(self, x):
+        g = ops.gather(x, self.src, 1)
+        onehot = ops.cast(ops.equal(g, self.values), ms.float32)
+        return g * self.box + onehot * self.onehot_mask
+
+
+# ---------------------------------------------------------------------------------------
+# Image observations: the whole preprocessing inside the cell, then a convolutional trunk
+# ---------------------------------------------------------------------------------------
+GRAY_WEIGHTS = (0.299, 0.587, 0.114)
+"""RGB -> gray luma weights (ITU-R BT.601, as OpenCV's COLOR_RGB2GRAY)."""
+
+
+def area_matrix(n_out: int, n_in: int) -> np.ndarray:
+    """(n_out, n_in) weights of area resampling along one axis: output pixel i is the mean of the
+    input interval [i * n_in / n_out, (i + 1) * n_in / n_out), partial pixels weighted by their
+    overlap (OpenCV's INTER_AREA for shrinking). Two MatMuls with these constants resize an image
+    inside the graph (no Resize operator: the same MatMul in MindIR, ONNX and OM)."""
+    m = np.zeros((n_out, n_in), np.float64)
+    scale = n_in / n_out
+    for i in range(n_out):
+        lo, hi = i * scale, (i + 1) * scale
+        for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in)):
+            m[i, j] = max(0.0, min(hi, j + 1) - max(lo, j))
+    return (m / m.sum(1, keepdims=True)).astype(np.float32)
+
+
+def conv(rng, c_in: int, c_out: int, k: int, stride: int, ortho: bool) -> nn.Conv2d:
+    """nn.Conv2d ('valid' padding) with host-side init: orthogonal(sqrt(2)) on the (c_out,
+    c_in*k*k) matrix and zero bias (SB3's NatureCNN init), or PyTorch's default uniform."""
+    fan_in = c_in * k * k
+    if ortho:
+        w = orthogonal(rng, c_out, fan_in, float(np.sqrt(2.0))).reshape(c_out, c_in, k, k)
+        b = np.zeros(c_out, np.float32)
+    else:
+        bound = 1.0 / np.sqrt(fan_in)
+        w = rng.uniform(-bound, bound, (c_out, c_in, k, k)).astype(np.float32)
+        b = rng.uniform(-bound, bound, (c_out,)).astype(np.float32)
+    return nn.Conv2d(c_in, c_out, k, stride, pad_mode="valid", has_bias=True, weight_init=Tensor(w),
+                     bias_init=Tensor(b))
+
+
+CNN_LAYERS = {
+    # (out channels, kernel, stride) per conv layer, then the features width
+    "nature": (((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512),   # Mnih et al. 2015, SB3's NatureCNN
+    # images smaller than 64x64: non-overlapping (kernel = stride) convs, ~150k multiply-adds for a
+    # 32x32 frame (NatureCNN-like 3x3/2 layers cost 13x more, measured ~5 s per 256-frame minibatch
+    # update on this 2-core CPU)
+    "small": (((16, 4, 4), (32, 2, 2)), 128),
+}
+
+
+def cnn_out_size(size: int, layers) -> int:
+    for _, k, s in layers:
+        size = (size - k) // s + 1
+    return size
+
+
+class ImageEncoder(nn.Cell):
+    """A raw image observation row (uint8 values, k stacked frames, flattened) -> CNN features.
+
+    Everything that changes the numbers is here, so the exported graph consumes the raw frame:
+    reshape to (B, k, H, W, C) (or (B, k, C, H, W) for a channels-first space; the one place the
+    channel order is handled), cast to float32 and divide by 255, optional grayscale (luma
+    weights), optional area resize (two MatMuls with constant matrices), then the conv trunk
+    (ReLU after every layer, flatten, Dense, ReLU)."""
+
+    def __init__(self, rng, spec, cnn: str, grayscale: bool, resize, ortho: bool):
+        super().__init__()
+        from .config import ConfigError
+        h, w, c = spec.image_hwc
+        k = spec.frame_stack
+        self.channels_last = spec.image_layout == "HWC"
+        self.in_shape = (-1, k, h, w, c) if self.channels_last else (-1, k, c, h, w)
+        self.grayscale = bool(grayscale)
+        if self.grayscale and c != 3:
+            raise ConfigError(f"key 'policy.grayscale' is true, but the image has {c} channel(s); grayscale "
+                              f"needs 3 (RGB)")
+        self.gray = Tensor(np.asarray(GRAY_WEIGHTS, np.float32).reshape(1, 1, 3, 1, 1))
+        c_out = 1 if self.grayscale else c
+        self.stacked = (-1, k * c_out, h, w)
+        self.resize = resize is not None
+        oh, ow = (int(resize[0]), int(resize[1])) if self.resize else (h, w)
+        if self.resize:
+            self.rh = Tensor(area_matrix(oh, h))
+            self.rw_t = Tensor(area_matrix(ow, w).T.copy())
+        if cnn == "auto":
+            cnn = "nature" if min(oh, ow) >= 64 else "small"
+        layers, feat = CNN_LAYERS[cnn]
+        if cnn_out_size(min(oh, ow), layers) < 1:
+            raise ConfigError(f"key 'policy.cnn' is {cnn!r}, but a {oh}x{ow} image is too small for it "
+                              f"(use 'small', or policy.resize)")
+        convs: List[nn.Cell] = []
+        ch = k * c_out
+        for out, ks, st in layers:
+            convs += [conv(rng, ch, out, ks, st, ortho), nn.ReLU()]
+            ch = out
+        self.convs = nn.SequentialCell(convs)
+        n_flat = ch * cnn_out_size(oh, layers) * cnn_out_size(ow, layers)
+        self.n_flat = n_flat
+        self.fc = nn.SequentialCell([dense(rng, n_flat, feat, float(np.sqrt(2.0)), ortho), nn.ReLU()])
+        self.out_dim = feat
+        self.cnn = cnn
+        self.out_hw = (oh, ow)
+
+    def preprocess(self, x):
+        """Raw rows -> (B, k * channels, height, width) float32 in [0, 1], resized: what the convs see."""
+        x = ops.cast(x, ms.float32) / 255.0
+        x = x.reshape(self.in_shape)
+        if self.channels_last:
+            x = ops.transpose(x, (0, 1, 4, 2, 3))
+        if self.grayscale:
+            x = (x * self.gray).sum(2, keepdims=True)
+        x = x.reshape(self.stacked)
+        if self.resize:
+            x = ops.matmul(self.rh, ops.matmul(x, self.rw_t))
+        return x
+
+    def construct(self, x):
+        x = self.convs(self.preprocess(x))
+        return self.fc(x.reshape((-1, self.n_flat)))  # -1, not x.shape[0]: a dynamic batch in ONNX
+
+
+def obs_encoder(spec, rng=None, policy_cfg=None):
+    """(encoder cell or None, features width) for the observation space: None for a Box (the
+    network sees the normalized row as before), OneHot for a Discrete observation, DictEncoder
+    for a Dict (each key's encoder, concatenated in the sorted key order of SpaceSpec.obs_parts),
+    ImageEncoder (preprocessing + CNN, weights from ``rng``) for an image."""
+    if spec.obs_kind == "Image":
+        pc = policy_cfg
+        enc = ImageEncoder(rng, spec, pc.cnn, pc.grayscale, pc.resize, pc.ortho_init)
+        return enc, enc.out_dim
+    if spec.obs_kind == "Discrete":
+        return OneHot(spec.obs_n), spec.obs_n
+    if spec.obs_kind == "Dict":
+        enc = DictEncoder(spec.obs_parts)
+        return enc, enc.out_dim
+    return None, spec.obs_dim
+
+
+def with_encoder(encoder: Optional[nn.Cell], net: nn.Cell) -> nn.Cell:
+    """``net`` behind the observation encoder (the same encoder object for every network that
+    sees observations); ``net`` itself for a Box observation (parameter names unchanged)."""
+    return net if encoder is None else Chain(encoder, net)
+
+
+# ---------------------------------------------------------------------------------------
 # Action heads: the post-processing that turns network output into the environment action
 # ---------------------------------------------------------------------------------------
 class ArgmaxHead(nn.Cell):
@@ -125,6 +320,18 @@ class ArgmaxHead(nn.Cell):
 
     def construct(self, logits):
         return ops.cast(ops.argmax(logits, -1), ms.int32)
+
+
+class ModeHead(nn.Cell):
+    """The mode of a per-dimension discrete distribution (distributions.MultiCategorical: argmax
+    of each logit segment; Bernoulli: logit > 0), int32 of shape (B, dims)."""
+
+    def __init__(self, dist: nn.Cell):
+        super().__init__()
+        self.dist = dist
+
+    def construct(self, logits):
+        return self.dist.mode(logits)
 
 
 class ClipHead(nn.Cell):
@@ -229,6 +436,9 @@ def fp16_matmuls(cell: nn.Cell) -> nn.Cell:
 
 
 def make_head(spec, squash: bool) -> nn.Cell:
+    if spec.act_kind in ("MultiDiscrete", "MultiBinary"):
+        from .distributions import multi_distribution
+        return ModeHead(multi_distribution(spec))
     if spec.discrete:
         return ArgmaxHead()
     if squash:
@@ -272,6 +482,11 @@ class Agent(nn.Cell):
     def __init__(self, cfg, spec):
         super().__init__()
         self.spec = spec
+        if cfg.env.normalize_obs and (spec.obs_kind == "Image" or spec.column_n.any()):
+            from .config import ConfigError
+            raise ConfigError(f"key 'env.normalize_obs' is true, but the observation space ({spec.obs_kind}) holds "
+                              f"Discrete indices or image pixels (encoded inside the policy cell); observation "
+                              f"normalization applies to Box observations: set env.normalize_obs: false")
         self.normalizer = ObsNormalizer(spec.obs_dim, cfg.env.normalize_obs, cfg.env.normalize_obs_clip)
 
     def policy_cell(self, head: Optional[nn.Cell] = None) -> PolicyCell:
@@ -295,10 +510,14 @@ class Agent(nn.Cell):
 #   configs set ``policy.ortho_init: false`` and ``policy.activation: relu`` accordingly.
 # ---------------------------------------------------------------------------------------
 def require_box(spec, algorithm: str) -> None:
+    from .config import ConfigError
     if spec.discrete:
-        from .config import ConfigError
         raise ConfigError(f"{algorithm} needs a Box (continuous) action space; the environment has "
-                          f"Discrete({spec.n_actions}) actions (use ppo for discrete actions)")
+                          f"{spec.act_kind}({spec.n_actions if spec.act_kind != 'MultiDiscrete' else list(spec.nvec)}) actions "
+                          f"(use ppo for discrete actions)")
+    if spec.obs_kind != "Box":
+        raise ConfigError(f"{algorithm} needs Box observations; the environment has {spec.obs_kind} "
+                          f"observations (use ppo, which encodes them inside the policy cell)")
 
 
 class QNetwork(nn.Cell):

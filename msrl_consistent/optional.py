@@ -10,6 +10,7 @@ import importlib
 ONNX_INSTALL = 'pip install onnx onnxruntime   (or: pip install "msrl-consistent[onnx]")'
 """onnx and onnxruntime are dependencies of the package; this is for an installation made without them."""
 PLOT_INSTALL = 'pip install matplotlib   (or: pip install "msrl-consistent[plot]")'
+ATARI_INSTALL = 'pip install ale-py==0.12.1   (or: pip install "msrl-consistent[atari]")'
 
 
 class MissingOptionalPackage(RuntimeError):

@@ -53,7 +53,8 @@ class TraceRecorder:
             self.dropped += n
             return
         self._obs.append(np.array(obs, np.float32, copy=True))
-        self._act.append(np.array(actions, copy=True).reshape(n, -1) if not self.discrete
+        # continuous and per-dimension discrete actions (MultiDiscrete / MultiBinary): (n, dims)
+        self._act.append(np.array(actions, copy=True).reshape(n, -1) if not self.discrete or np.ndim(actions) == 2
                          else np.array(actions, copy=True).reshape(n))
         self._calls.append(n)
         self.stored += n

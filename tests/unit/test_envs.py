@@ -35,12 +35,14 @@ gym.register("MsrlTestCountShort-v0", entry_point=CountEnv, max_episode_steps=2)
 
 
 def test_unsupported_spaces_named():
-    with pytest.raises(ConfigError, match="unsupported action space MultiDiscrete"):
-        space_spec(spaces.Box(-1, 1, (3,)), spaces.MultiDiscrete([2, 2]), "X-v0")
-    with pytest.raises(ConfigError, match="unsupported observation space Dict"):
-        space_spec(spaces.Dict({"a": spaces.Box(-1, 1, (3,))}), spaces.Discrete(2), "X-v0")
-    with pytest.raises(ConfigError, match="unsupported observation space Discrete"):
-        space_spec(spaces.Discrete(5), spaces.Discrete(2), "X-v0")
+    with pytest.raises(ConfigError, match="unsupported action space Tuple"):
+        space_spec(spaces.Box(-1, 1, (3,)), spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))), "X-v0")
+    with pytest.raises(ConfigError, match="unsupported MultiDiscrete action space"):
+        space_spec(spaces.Box(-1, 1, (3,)), spaces.MultiDiscrete([[2, 2], [3, 3]]), "X-v0")
+    with pytest.raises(ConfigError, match="unsupported observation space Text"):
+        space_spec(spaces.Text(5), spaces.Discrete(2), "X-v0")
+    with pytest.raises(ConfigError, match="unsupported observation space Tuple"):
+        space_spec(spaces.Tuple((spaces.Discrete(32), spaces.Discrete(11))), spaces.Discrete(2), "Blackjack-v1")
 
 
 def test_unknown_env_id():

@@ -1,0 +1,234 @@
+"""Train, export and verify policies on the observation and action spaces beyond Box/Discrete,
+through the CLI as a user runs it."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from msrl_consistent.cli import main
+from msrl_consistent.manifest import read_manifest
+from msrl_consistent.runtime import load_policy
+
+
+def _train(tmp_path, config, steps, *sets):
+    run = str(tmp_path / "run")
+    args = ["train", config, "--run-dir", run, "--total-timesteps", str(steps), "--quiet", "--set", "eval.freq=0",
+            "--set", "eval.episodes=2"]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 0
+    return run
+
+
+def _export_and_verify(run, out, capsys, episodes=2):
+    assert main(["export", run, "--out", out, "--format", "mindir,onnx", "--golden", "256"]) == 0
+    capsys.readouterr()
+    reports = {}
+    for backend in ("mindspore", "onnxruntime"):
+        rc = main(["verify", out, "--backend", backend, "--episodes", str(episodes), "--json"])
+        r = json.loads(capsys.readouterr().out)
+        assert rc == 0 and r["passed"], r
+        assert r["golden"]["agreement"] == 1.0
+        reports[backend] = r
+    assert reports["mindspore"]["golden"]["bit_identical"]
+    return reports
+
+
+@pytest.fixture(scope="module")
+def frozenlake_export(tmp_path_factory, configs_dir):
+    tmp = tmp_path_factory.mktemp("frozenlake")
+    run = _train(tmp, os.path.join(configs_dir, "ppo", "FrozenLake-v1.yaml"), 4096, "algo.n_steps=64")
+    return run, str(tmp / "export")
+
+
+def test_frozenlake_discrete_observations_train_export_verify(frozenlake_export, capsys):
+    run, out = frozenlake_export
+    _export_and_verify(run, out, capsys)
+    m = read_manifest(out)
+    assert m.spaces["observation"]["type"] == "Discrete" and m.spaces["observation"]["n"] == 16
+    assert m.io["input"]["shape"] == [None, 1]
+    with np.load(os.path.join(out, "golden.npz"), allow_pickle=False) as g:
+        obs = g["obs"]
+    assert set(np.unique(obs)) <= set(range(16)) and len(np.unique(obs)) > 8
+    # the runtime takes indices; the export and the training cell agree on every state
+    exported = load_policy(out, backend="onnxruntime")
+    train = load_policy(run)
+    states = np.arange(16)
+    assert np.array_equal(exported.act(states), train.act(states))
+    assert exported.act(5) == train.act(5)
+    with pytest.raises(ValueError, match=r"Discrete\(16\) observations"):
+        exported.act(16)
+
+
+def test_frozenlake_bundle_checks_itself(frozenlake_export):
+    import subprocess
+    import sys
+    _, out = frozenlake_export
+    proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime"], cwd=out,
+                          capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+MULTI_CONFIG = """algorithm: ppo
+seed: 0
+total_timesteps: 8192
+env:
+  id: {env_id}
+  n_envs: 4
+policy:
+  net_arch: [64, 64]
+algo:
+  learning_rate: 1.0e-3
+  n_steps: 128
+  batch_size: 128
+  n_epochs: 10
+  gamma: 0.0
+eval:
+  freq: 0
+  episodes: 20
+"""
+
+
+@pytest.mark.parametrize("env_id,optimum,dims", [("MsrlTestMultiDiscrete-v0", 24.0, 3),
+                                                 ("MsrlTestMultiBinary-v0", 32.0, 4)])
+def test_multi_actions_learn_export_verify(env_id, optimum, dims, tmp_path, capsys):
+    import spaces_envs  # noqa: F401  (registers the test envs)
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text(MULTI_CONFIG.format(env_id=env_id))
+    run = str(tmp_path / "run")
+    assert main(["train", str(cfg), "--run-dir", run, "--quiet"]) == 0
+    with open(os.path.join(run, "summary.json")) as fh:
+        summary = json.load(fh)
+    # 8192 steps reach the optimum (random play: 8.67 and 16)
+    assert summary["final_eval"]["mean_return"] == optimum
+    out = str(tmp_path / "export")
+    _export_and_verify(run, out, capsys)
+    m = read_manifest(out)
+    assert m.io["output"]["shape"] == [None, dims] and m.io["output"]["dtype"] == "int32"
+    with np.load(os.path.join(out, "golden.npz"), allow_pickle=False) as g:
+        assert g["actions"].shape == (256, dims) and g["actions"].dtype == np.int32
+    pol = load_policy(out, backend="onnxruntime")
+    obs = np.zeros(dims if dims == 4 else 3, np.float32)
+    a = pol.act(obs)
+    assert a.shape == (dims,) and a.dtype.kind == "i"
+    assert np.array_equal(pol.act(obs[None])[0], load_policy(run).act(obs))
+
+
+def test_dict_observations_learn_export_verify(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    import spaces_envs  # noqa: F401  (registers the test envs)
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text(MULTI_CONFIG.format(env_id="MsrlTestDict-v0"))
+    run = str(tmp_path / "run")
+    assert main(["train", str(cfg), "--run-dir", run, "--quiet"]) == 0
+    with open(os.path.join(run, "summary.json")) as fh:
+        assert json.load(fh)["final_eval"]["mean_return"] == 8.0  # optimum (random play: 1.33)
+    out = str(tmp_path / "export")
+    _export_and_verify(run, out, capsys)
+    m = read_manifest(out)
+    assert m.spaces["observation"]["keys"] == ["goal", "pos", "sign"]  # the fixed, sorted order of the row
+    assert m.io["input"]["shape"] == [None, 8]
+    one = {"goal": 1, "sign": np.array([1.0], np.float32), "pos": np.zeros((2, 3), np.float32)}
+    batch = {"goal": np.array([0, 1, 2, 0]), "sign": np.array([[-1.0], [-1.0], [1.0], [1.0]], np.float32),
+             "pos": np.zeros((4, 2, 3), np.float32)}
+    train = load_policy(run)
+    for backend in ("mindspore", "onnxruntime"):
+        pol = load_policy(out, backend=backend)
+        assert pol.act(one) == 4  # goal + 3 * (sign > 0): the learned optimum
+        assert pol.act(batch).tolist() == [0, 1, 5, 3] == train.act(batch).tolist()
+        with pytest.raises(ValueError, match=r"missing keys \['sign'\]"):
+            pol.act({"goal": 1, "pos": np.zeros((2, 3), np.float32)})
+    # the bundle alone (deploy.py as policy.py) checks the golden set of packed Dict rows
+    proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime"], cwd=out,
+                          capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+DOT_CONFIG = """algorithm: ppo
+seed: 0
+total_timesteps: {steps}
+env:
+  id: MsrlTestDot-v0
+  n_envs: 8
+  frame_stack: {k}
+policy:
+  net_arch: []
+  activation: relu
+algo:
+  learning_rate: 1.0e-3
+  n_steps: 32
+  batch_size: 128
+  n_epochs: 4
+  gamma: 0.9
+  ent_coef: 0.01
+eval:
+  freq: 0
+  episodes: 50
+"""
+
+
+def _dot_run(tmp_path, steps, k):
+    import spaces_envs  # noqa: F401  (registers the test envs)
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text(DOT_CONFIG.format(steps=steps, k=k))
+    run = str(tmp_path / "run")
+    assert main(["train", str(cfg), "--run-dir", run, "--quiet"]) == 0
+    with open(os.path.join(run, "summary.json")) as fh:
+        return run, json.load(fh)
+
+
+def test_image_policy_learns_and_exports_from_raw_uint8_frames(tmp_path, capsys):
+    run, summary = _dot_run(tmp_path, 8192, 1)
+    # optimum ~1.27 (1 + 0.1 x the mean grid distance); random play ~0.06 (measured: docs/benchmarks.md)
+    assert summary["final_eval"]["mean_return"] >= 1.2
+    out = str(tmp_path / "export")
+    reports = _export_and_verify(run, out, capsys, episodes=5)
+    assert reports["onnxruntime"]["rollouts"]["identical_episodes"] == 5
+    m = read_manifest(out)
+    assert m.io["input"] == {"name": "obs", "shape": [None, 32 * 32 * 3], "dtype": "uint8"}
+    assert m.spaces["observation"]["type"] == "Image" and m.spaces["observation"]["layout"] == "HWC"
+    assert m.export.onnx["batch"] == "dynamic"
+    with np.load(os.path.join(out, "golden.npz"), allow_pickle=False) as g:
+        assert g["obs"].dtype == np.uint8 and g["obs"].shape == (256, 3072)
+    import spaces_envs
+    env = spaces_envs.DotToTarget()
+    frame, _ = env.reset(seed=3)
+    train = load_policy(run)
+    for backend in ("mindspore", "onnxruntime"):
+        pol = load_policy(out, backend=backend)
+        assert pol.act(frame) == train.act(frame)  # one raw (32, 32, 3) uint8 frame
+        batch = np.stack([frame, np.zeros_like(frame)])
+        assert np.array_equal(pol.act(batch), train.act(batch))
+        with pytest.raises(ValueError, match=r"Image\(32, 32, 3\) uint8 frames"):
+            pol.act(frame[:, :, :1])
+
+
+def test_frame_stacking_is_reproduced_by_the_deployed_policy(tmp_path, capsys):
+    run, _ = _dot_run(tmp_path, 1024, 2)
+    out = str(tmp_path / "export")
+    reports = _export_and_verify(run, out, capsys, episodes=3)
+    # rollouts identical: load_policy stacked the frames as the training loop did
+    assert reports["mindspore"]["rollouts"]["identical_episodes"] == 3
+    m = read_manifest(out)
+    assert m.spaces["observation"]["frame_stack"] == {"kind": "frame_stack", "k": 2, "order": "oldest_first"}
+    assert m.io["input"]["shape"] == [None, 2 * 3072]
+    import spaces_envs
+    env = spaces_envs.DotToTarget()
+    frames = [env.reset(seed=1)[0]] + [env.step(a)[0] for a in (0, 3, 1)]
+    pols = [load_policy(run), load_policy(out, backend="onnxruntime"), load_policy(out, backend="mindspore")]
+    acts = [[int(p.act(f)) for f in frames] for p in pols]
+    assert acts[0] == acts[1] == acts[2]
+    # the same sequence through the cell on explicitly stacked rows (zeros, then oldest first)
+    from msrl_consistent.deploy import FrameStack
+    st = FrameStack(2, 3072)
+    rows = np.concatenate([st.push(f.reshape(1, -1)) for f in frames])
+    assert pols[1].act_at_batch(rows, 1).tolist() == acts[0]
+    # the bundle alone (deploy.py as policy.py, NumPy + onnxruntime) checks the uint8 golden set
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime"], cwd=out,
+                          capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr

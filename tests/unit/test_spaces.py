@@ -1,0 +1,300 @@
+"""Observation and action spaces beyond Box/Discrete: the space checks, the encoders inside the
+policy cell and the input validation of deploy.Policy (no training here: tests/integration/test_spaces_train.py)."""
+import numpy as np
+import pytest
+from gymnasium import spaces
+from mindspore import Tensor
+
+from msrl_consistent.config import ConfigError, load_config
+from msrl_consistent.deploy import Policy
+from msrl_consistent.envs import SpaceSpec, space_spec
+from msrl_consistent.networks import OneHot, require_box
+
+
+def test_discrete_observation_spec_round_trips():
+    spec = space_spec(spaces.Discrete(16), spaces.Discrete(4), "FrozenLake-v1")
+    assert (spec.obs_kind, spec.obs_n, spec.obs_shape, spec.obs_dim) == ("Discrete", 16, (1,), 1)
+    j = spec.to_json()
+    assert j["observation"]["type"] == "Discrete" and j["observation"]["n"] == 16
+    back = SpaceSpec.from_json(j)
+    assert (back.obs_kind, back.obs_n, back.obs_dim, back.act_kind, back.n_actions) == ("Discrete", 16, 1, "Discrete", 4)
+    # golden-set observations of a Discrete space are indices
+    obs = spec.sample_obs(np.random.default_rng(0), spec.obs_low, spec.obs_high, 500)
+    assert obs.shape == (500, 1) and obs.dtype == np.float32
+    assert set(np.unique(obs)) == set(range(16))
+
+
+def test_discrete_observation_with_start_refused():
+    with pytest.raises(ConfigError, match="Discrete observation space with start=3"):
+        space_spec(spaces.Discrete(5, start=3), spaces.Discrete(2), "X-v0")
+
+
+def test_onehot_cell_is_exact():
+    idx = np.array([[0], [3], [15], [7]], np.float32)
+    out = OneHot(16)(Tensor(idx)).asnumpy()
+    assert out.dtype == np.float32 and np.array_equal(out, np.eye(16, dtype=np.float32)[idx[:, 0].astype(int)])
+
+
+def test_normalize_obs_refused_for_discrete_observations(configs_dir):
+    import os
+
+    from msrl_consistent.registry import build_agent
+    cfg = load_config(os.path.join(configs_dir, "ppo", "FrozenLake-v1.yaml"), ["env.normalize_obs=true"])
+    spec = space_spec(spaces.Discrete(16), spaces.Discrete(4))
+    with pytest.raises(ConfigError, match="env.normalize_obs.*Discrete"):
+        build_agent(cfg, spec, np.random.default_rng(0))
+
+
+def test_offpolicy_needs_box_observations():
+    spec = space_spec(spaces.Discrete(16), spaces.Box(-1, 1, (2,)))
+    with pytest.raises(ConfigError, match="sac needs Box observations.*Discrete"):
+        require_box(spec, "sac")
+
+
+class _Echo(Policy):
+    """A deploy.Policy whose 'model' returns the observation index as the action."""
+
+    def _run(self, x):
+        return x[:, 0].astype(np.int32)
+
+
+def test_discrete_observation_validation_names_the_space():
+    p = _Echo(1, None, True, 16, obs_n=16)
+    assert p.act(5) == 5 and np.ndim(p.act(5)) == 0
+    assert p.act(np.int64(15)) == 15
+    assert p.act(np.array([0, 3, 7])).tolist() == [0, 3, 7]
+    assert p.act(np.array([[2], [4]], np.float32)).tolist() == [2, 4]
+    for bad, what in ((16, "got 16"), (-1, "got -1"), (2.5, "got 2.5"), (np.nan, "got nan"),
+                      (np.zeros((2, 2)), "shape"), ("a", "dtype")):
+        with pytest.raises(ValueError, match=r"Discrete\(16\) observations.*" + what):
+            p.act(bad)
+
+
+# -- MultiDiscrete / MultiBinary actions ------------------------------------------------------------
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_multidiscrete_and_multibinary_specs_round_trip():
+    md = space_spec(spaces.Box(-1, 1, (3,)), spaces.MultiDiscrete([3, 4, 2]), "X-v0")
+    assert (md.act_kind, md.n_actions, md.nvec, md.action_shape, md.logits_dim, md.discrete) == \
+        ("MultiDiscrete", 3, (3, 4, 2), (3,), 9, True)
+    mb = space_spec(spaces.Box(-1, 1, (3,)), spaces.MultiBinary(5), "X-v0")
+    assert (mb.act_kind, mb.n_actions, mb.action_shape, mb.logits_dim) == ("MultiBinary", 5, (5,), 5)
+    for spec in (md, mb):
+        back = SpaceSpec.from_json(spec.to_json())
+        assert (back.act_kind, back.n_actions, back.nvec, back.logits_dim) == \
+            (spec.act_kind, spec.n_actions, spec.nvec, spec.logits_dim)
+
+
+def test_multicategorical_matches_numpy():
+    from msrl_consistent.distributions import MultiCategorical
+    nvec = (3, 4, 2)
+    d = MultiCategorical(nvec)
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2, (64, 9)).astype(np.float32)
+    actions = np.stack([rng.integers(0, n, 64) for n in nvec], -1).astype(np.int32)
+    segs = np.split(logits.astype(np.float64), np.cumsum(nvec)[:-1], axis=1)
+    probs = [_softmax(s) for s in segs]
+    want_lp = sum(np.log(p[np.arange(64), actions[:, i]]) for i, p in enumerate(probs))
+    want_h = sum(-(p * np.log(p)).sum(-1) for p in probs)
+    lp = d.log_prob(Tensor(logits), Tensor(actions)).asnumpy()
+    h = d.entropy(Tensor(logits)).asnumpy()
+    assert np.allclose(lp, want_lp, atol=1e-5) and np.allclose(h, want_h, atol=1e-5)
+    mode = d.mode(Tensor(logits)).asnumpy()
+    assert mode.dtype == np.int32 and np.array_equal(mode, np.stack([s.argmax(-1) for s in segs], -1))
+    # Gumbel-max with the host noise: per-dimension frequencies follow the softmax
+    one = np.tile(logits[:1], (20000, 1))
+    samples = d.sample(Tensor(one), Tensor(d.noise(rng, 20000))).asnumpy()
+    for i, n in enumerate(nvec):
+        freq = np.bincount(samples[:, i], minlength=n) / len(samples)
+        assert np.abs(freq - probs[i][0]).max() < 0.015, (i, freq, probs[i][0])
+
+
+def test_bernoulli_matches_numpy():
+    from msrl_consistent.distributions import Bernoulli
+    d = Bernoulli(4)
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0, 2, (64, 4)).astype(np.float32)
+    actions = rng.integers(0, 2, (64, 4)).astype(np.int32)
+    p = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    want_lp = np.log(np.where(actions == 1, p, 1 - p)).sum(-1)
+    want_h = -(p * np.log(p) + (1 - p) * np.log(1 - p)).sum(-1)
+    assert np.allclose(d.log_prob(Tensor(logits), Tensor(actions)).asnumpy(), want_lp, atol=1e-5)
+    assert np.allclose(d.entropy(Tensor(logits)).asnumpy(), want_h, atol=1e-5)
+    assert np.array_equal(d.mode(Tensor(logits)).asnumpy(), (logits > 0).astype(np.int32))
+    one = np.tile(logits[:1], (20000, 1))
+    samples = d.sample(Tensor(one), Tensor(d.noise(rng, 20000))).asnumpy()
+    assert samples.dtype == np.int32 and np.abs(samples.mean(0) - p[0]).max() < 0.015
+
+
+def test_multi_action_checks_of_deploy_policy():
+    p = _Echo(3, None, True, 3, nvec=[3, 4, 2])
+    ok = np.array([[2, 3, 1], [0, 0, 0]], np.int32)
+    assert p.action_violation(ok, 2) is None
+    assert p.action_violation(np.array([[3, 0, 0]], np.int32), 1) == "out_of_range"
+    assert p.action_violation(np.array([[0, 4, 0]], np.int32), 1) == "out_of_range"
+    assert p.action_violation(np.array([0, 1], np.int32), 2) == "shape"
+    assert p.action_violation(ok.astype(np.float32), 2) == "shape"
+
+
+# -- Dict observations ------------------------------------------------------------------------------
+DICT_SPACE = spaces.Dict({"sign": spaces.Box(-1.0, 1.0, (1,), np.float32), "goal": spaces.Discrete(3),
+                          "pos": spaces.Box(-1.0, 1.0, (2, 3), np.float32)})
+
+
+def test_dict_spec_sorted_keys_round_trip_and_golden_sampling():
+    spec = space_spec(DICT_SPACE, spaces.Discrete(6), "X-v0")
+    assert spec.obs_kind == "Dict" and spec.obs_dim == 8
+    assert [p[0] for p in spec.obs_parts] == ["goal", "pos", "sign"]
+    assert spec.column_n.tolist() == [3, 0, 0, 0, 0, 0, 0, 0]
+    j = spec.to_json()["observation"]
+    assert j["keys"] == ["goal", "pos", "sign"] and j["spaces"]["pos"] == {"type": "Box", "shape": [2, 3]}
+    assert SpaceSpec.from_json(spec.to_json()).obs_parts == spec.obs_parts
+    obs = spec.sample_obs(np.random.default_rng(0), spec.obs_low, spec.obs_high, 300)
+    assert set(np.unique(obs[:, 0])) == {0.0, 1.0, 2.0}
+    assert obs[:, 1:].min() >= -1 and obs[:, 1:].max() <= 1 and len(np.unique(obs[:, 1])) > 100
+
+
+def test_dict_spaces_refused_with_the_key_named():
+    with pytest.raises(ConfigError, match="key 'inner' is a Dict; Dict observations hold"):
+        space_spec(spaces.Dict({"inner": spaces.Dict({"a": spaces.Discrete(2)})}), spaces.Discrete(2), "X-v0")
+    with pytest.raises(ConfigError, match="key 'img' is a Image; Dict observations hold Box and Discrete"):
+        space_spec(spaces.Dict({"img": spaces.Box(0, 255, (4, 4), np.uint8)}), spaces.Discrete(2), "X-v0")
+
+
+def test_dict_encoder_is_onehot_and_identity_in_key_order():
+    from msrl_consistent.envs import flat_obs
+    from msrl_consistent.networks import obs_encoder
+    spec = space_spec(DICT_SPACE, spaces.Discrete(6))
+    enc, width = obs_encoder(spec)
+    assert width == 3 + 6 + 1
+    rng = np.random.default_rng(0)
+    batch = {"goal": np.array([2, 0, 1]), "pos": rng.normal(size=(3, 2, 3)).astype(np.float32),
+             "sign": np.array([[1.0], [-1.0], [0.5]], np.float32)}
+    row = flat_obs(batch, 3)
+    out = enc(Tensor(row)).asnumpy()
+    want = np.concatenate([np.eye(3, dtype=np.float32)[batch["goal"]], batch["pos"].reshape(3, 6), batch["sign"]], 1)
+    assert np.array_equal(out, want)
+
+
+def test_dict_act_validation_names_the_space():
+    parts = space_spec(DICT_SPACE, spaces.Discrete(6)).obs_parts
+    p = _Echo(8, None, True, 6, obs_parts=parts)  # echoes column 0, the 'goal' index
+    one = {"goal": 2, "sign": np.array([1.0], np.float32), "pos": np.zeros((2, 3), np.float32)}
+    assert p.act(one) == 2 and np.ndim(p.act(one)) == 0
+    many = {"goal": np.array([0, 1]), "sign": np.ones((2, 1), np.float32), "pos": np.zeros((2, 6), np.float32)}
+    assert p.act(many).tolist() == [0, 1]
+    space = r"Dict\(goal: Discrete\(3\), pos: Box\(2, 3\), sign: Box\(1,\)\)"
+    cases = [(dict(one, goal=3), "key 'goal' of " + space + ": expected a Discrete.3. index 0..2, got 3"),
+             ({"goal": 1}, space + r": missing keys \['pos', 'sign'\]"),
+             (dict(one, extra=1), r"unexpected keys \['extra'\]"),
+             (dict(one, pos=np.zeros(5)), r"key 'pos' of .*expected shape \(2, 3\)"),
+             (dict(one, sign=np.ones((2, 1))), "every key needs the same batch"),
+             (dict(one, pos=np.array([["a"] * 3] * 2)), "expected numbers"),
+             (np.zeros(5, np.float32), space + r" or its packed"),
+             (np.full(8, 0.5, np.float32), "column 0 of the packed row holds a Discrete index")]
+    for bad, what in cases:
+        with pytest.raises(ValueError, match=what):
+            p.act(bad)
+
+
+# -- image observations and frame stacking ------------------------------------------------------------
+def test_image_spaces_detected_with_layout():
+    hwc = space_spec(spaces.Box(0, 255, (32, 24, 3), np.uint8), spaces.Discrete(4), "X-v0")
+    chw = space_spec(spaces.Box(0, 255, (3, 32, 24), np.uint8), spaces.Discrete(4), "X-v0")
+    gray = space_spec(spaces.Box(0, 255, (32, 24), np.uint8), spaces.Discrete(4), "X-v0")
+    assert (hwc.obs_kind, hwc.image_layout, hwc.image_hwc, hwc.input_dtype) == ("Image", "HWC", (32, 24, 3), "uint8")
+    assert (chw.image_layout, chw.image_hwc, gray.image_hwc) == ("CHW", (32, 24, 3), (32, 24, 1))
+    back = SpaceSpec.from_json(hwc.to_json())
+    assert (back.obs_kind, back.image_layout, back.obs_dim, back.input_dtype) == ("Image", "HWC", 32 * 24 * 3, "uint8")
+    with pytest.raises(ConfigError, match="uint8 observation shape"):
+        space_spec(spaces.Box(0, 255, (32, 24, 5), np.uint8), spaces.Discrete(4), "X-v0")
+    with pytest.raises(ConfigError, match="must span 0..255"):
+        space_spec(spaces.Box(0, 1, (8, 8, 1), np.uint8), spaces.Discrete(4), "X-v0")
+
+
+def test_area_matrix_averages_blocks():
+    from msrl_consistent.networks import area_matrix
+    m = area_matrix(4, 8)
+    assert np.allclose(m.sum(1), 1.0) and np.allclose(m[1], [0, 0, 0.5, 0.5, 0, 0, 0, 0])
+    m = area_matrix(3, 4)  # fractional overlaps: [0, 4/3), [4/3, 8/3), [8/3, 4)
+    assert np.allclose(m[0], [0.75, 0.25, 0, 0]) and np.allclose(m[1], [0, 0.5, 0.5, 0])
+
+
+def _encoder(shape, **kw):
+    from types import SimpleNamespace
+
+    from msrl_consistent.networks import ImageEncoder
+    spec = space_spec(spaces.Box(0, 255, shape, np.uint8), spaces.Discrete(4))
+    args = dict(cnn="small", grayscale=False, resize=None, ortho=True)
+    args.update(kw)
+    return ImageEncoder(np.random.default_rng(0), spec, **args), spec, SimpleNamespace
+
+
+def test_image_preprocessing_inside_the_cell_matches_numpy():
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (2, 32, 24, 3)).astype(np.uint8)
+    enc, spec, _ = _encoder((32, 24, 3), grayscale=True, resize=[16, 12])
+    got = enc.preprocess(Tensor(frames.reshape(2, -1))).asnumpy()
+    from msrl_consistent.networks import GRAY_WEIGHTS, area_matrix
+    x = frames.astype(np.float64) / 255.0
+    gray = (x * np.asarray(GRAY_WEIGHTS)).sum(-1)                     # (2, 32, 24)
+    want = area_matrix(16, 32).astype(np.float64) @ gray @ area_matrix(12, 24).T.astype(np.float64)
+    assert got.shape == (2, 1, 16, 12) and np.abs(got[:, 0] - want).max() < 1e-6
+    # channels first or last: the same features for the same picture (the layout is handled once)
+    enc_hwc, _, _ = _encoder((32, 24, 3))
+    enc_chw, _, _ = _encoder((3, 32, 24))
+    a = enc_hwc.preprocess(Tensor(frames.reshape(2, -1))).asnumpy()
+    b = enc_chw.preprocess(Tensor(frames.transpose(0, 3, 1, 2).reshape(2, -1).copy())).asnumpy()
+    assert np.array_equal(a, b)
+    # uint8 and float32 inputs holding the same values give bit-identical features
+    assert np.array_equal(enc_hwc(Tensor(frames.reshape(2, -1))).asnumpy(),
+                          enc_hwc(Tensor(frames.reshape(2, -1).astype(np.float32))).asnumpy())
+
+
+def test_nature_cnn_refuses_small_images_and_grayscale_needs_rgb():
+    with pytest.raises(ConfigError, match="too small"):
+        _encoder((32, 32, 3), cnn="nature")  # NatureCNN's 8/4, 4/2, 3/1 convs need 36x36
+    with pytest.raises(ConfigError, match="grayscale needs 3"):
+        _encoder((32, 32, 1), grayscale=True)
+    enc, _, _ = _encoder((84, 84, 3), cnn="auto", grayscale=True)
+    assert enc.cnn == "nature" and enc.out_dim == 512
+
+
+def test_frame_stack_oldest_first_zeros_after_reset():
+    from msrl_consistent.deploy import FrameStack
+    st = FrameStack(3, 2)
+    a = st.reset(np.array([[1, 1], [2, 2]]))
+    assert a.tolist() == [[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 2, 2]]
+    assert st.peek(np.array([[9, 9], [8, 8]])).tolist() == [[0, 0, 1, 1, 9, 9], [0, 0, 2, 2, 8, 8]]
+    b = st.push(np.array([[3, 3], [4, 4]]), np.array([False, True]))
+    assert b.tolist() == [[0, 0, 1, 1, 3, 3], [0, 0, 0, 0, 4, 4]]
+    c = st.push(np.array([[5, 5], [6, 6]]))
+    assert c.tolist() == [[1, 1, 3, 3, 5, 5], [0, 0, 4, 4, 6, 6]]
+
+
+def test_image_act_validation_names_the_space():
+    p = _Echo(2 * 4 * 4 * 3, None, True, 4, image={"shape": (4, 4, 3), "layout": "HWC"}, frame_stack=2)
+    frame = np.full((4, 4, 3), 7, np.uint8)
+    assert p.act(frame) == 0  # the first row holds the zeros of the fresh stack, then the frame
+    assert p.act(frame) == 7  # now the oldest frame is the first one
+    p.reset_frames()
+    assert p.act(frame.astype(np.float32)) == 0  # integral floats in 0..255 are accepted
+    for bad, what in ((np.zeros((4, 4, 1), np.uint8), "shape"), (np.full((4, 4, 3), 256.0), "got 256"),
+                      (np.full((4, 4, 3), 0.5), "got 0.5"), (np.zeros((4, 4, 3), bool), "dtype bool")):
+        with pytest.raises(ValueError, match=r"Image\(4, 4, 3\) uint8 frames.*" + what):
+            p.act(bad)
+
+
+def test_breakout_config_gives_stacked_raw_frames(configs_dir):
+    pytest.importorskip("ale_py")  # the atari extra
+    import os
+
+    from msrl_consistent.envs import env_spec
+    cfg = load_config(os.path.join(configs_dir, "ppo", "Breakout-v5.yaml"))
+    spec = env_spec(cfg.env)
+    assert (spec.obs_kind, spec.image_layout, spec.image_hwc, spec.frame_stack) == ("Image", "HWC", (210, 160, 3), 4)
+    assert spec.obs_dim == 4 * 210 * 160 * 3 and spec.input_dtype == "uint8"
+    assert (cfg.policy.cnn, cfg.policy.grayscale, cfg.policy.resize, cfg.policy.net_arch) == ("nature", True, [84, 84], [])
