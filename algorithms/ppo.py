@@ -155,6 +155,7 @@ class PPORollout(nn.Cell):
         if self.discrete:
             action = categorical_sample(out, noise)
             return action, action, categorical_log_prob(out, action, self.n_actions), value
+        log_std = self.agent.log_std
         action = out + ops.exp(log_std) * noise
         # The environment gets the sample clipped to the Box (as SB3); the loss uses the sample.
         return ops.clip_by_value(action, self.low, self.high), action, gaussian_log_prob(out, log_std, action), value
