@@ -111,8 +111,7 @@ class ActorCriticAgent(Agent):
             trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
             self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))
             latent_dim = trunk.out_dim
-        if pc.shared:
-            trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
+        if pc.shared:  # the critic head on the actor's trunk (one Cell object)
             self.critic = Chain(trunk, dense(rng, trunk.out_dim, 1, 1.0, pc.ortho_init))
         else:
             if not self.use_sde:
