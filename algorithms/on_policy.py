@@ -67,6 +67,11 @@ class OnPolicyAlgorithm(Algorithm):
             return (-np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))).astype(np.float32)
         return self.rng.standard_normal((n, self.spec.n_actions)).astype(np.float32)
 
+    def step_noise(self, t: int, n: int) -> np.ndarray:
+        """The noise of vector step t of a rollout (t = 0 at each rollout's start): sample_noise
+        unless the algorithm keeps noise across steps (PPO's gSDE)."""
+        return self.sample_noise(n)
+
     def values_of(self, obs: np.ndarray) -> np.ndarray:
         return self._value_fn(Tensor(np.asarray(obs, np.float32))).asnumpy()
 
@@ -115,7 +120,7 @@ class OnPolicyAlgorithm(Algorithm):
                 buf.reset()
                 for t in range(self.n_steps):
                     t0 = clock()
-                    packed = self._rollout_fn(Tensor(obs), Tensor(self.sample_noise(n_envs))).asnumpy()
+                    packed = self._rollout_fn(Tensor(obs), Tensor(self.step_noise(t, n_envs))).asnumpy()
                     env_a, a, logp, v = unpack_rollout(packed, act_shape, self.spec.discrete)
                     t1 = clock()
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)

@@ -24,6 +24,10 @@ from msrl_consistent.distributions import (
     gaussian_entropy,
     gaussian_log_prob,
     multi_distribution,
+    normal_entropy,
+    normal_log_prob,
+    sde_noise,
+    sde_std,
 )
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks import MLP, Agent, Chain, dense, obs_encoder, with_encoder
@@ -68,18 +72,30 @@ class PPOConfig:
     is not applied and ends the update phase (None: never)."""
     adam_eps: float = 1e-5
     """Adam epsilon, added to the bias-corrected sqrt(v) as in PyTorch (msrl_consistent.optim.Adam)."""
+    use_sde: bool = False
+    """Generalized State-Dependent Exploration (SB3's use_sde; Box actions only): the exploration noise is
+    latent @ (exp(log_std) * eps) with latent the actor trunk's last hidden features (detached) and eps a
+    standard normal matrix per env; log_std has shape (last hidden size, action dim). Export: the mean."""
+    sde_sample_freq: int = -1
+    """With use_sde: draw new exploration matrices every this many vector steps of a rollout (-1: only at
+    the start of each rollout)."""
 
     checks: ClassVar[Dict[str, Check]] = {
         "learning_rate": POSITIVE, "n_steps": POSITIVE, "batch_size": POSITIVE, "n_epochs": POSITIVE,
         "gamma": UNIT_INTERVAL, "gae_lambda": UNIT_INTERVAL, "clip_range": POSITIVE, "clip_range_vf": POSITIVE,
         "ent_coef": NON_NEGATIVE, "vf_coef": NON_NEGATIVE, "max_grad_norm": POSITIVE, "target_kl": POSITIVE,
-        "adam_eps": POSITIVE}
+        "adam_eps": POSITIVE,
+        "sde_sample_freq": (lambda v: v == -1 or v > 0, "-1 (only at the start of each rollout) or a positive "
+                                                        "number of steps")}
 
 
 class ActorCriticAgent(Agent):
     """PPO: actor (logits or Gaussian mean), critic V(s), state-independent log std.
 
-    With ``policy.shared`` the two heads sit on one hidden trunk (one Cell object).
+    With ``policy.shared`` the two heads sit on one hidden trunk (one Cell object). With
+    ``algo.use_sde`` the actor is ``Chain(trunk, mean head)`` (its trunk's output is gSDE's latent
+    features; the same draws from ``rng`` as the single MLP) and log_std is a
+    (last hidden size, action dim) matrix, as SB3's full_std gSDE.
     """
     squash = False
 
@@ -88,25 +104,41 @@ class ActorCriticAgent(Agent):
         pc = cfg.policy
         encoder, obs_dim = obs_encoder(spec, rng, pc)  # one-hot / Dict keys / image CNN, inside the cell
         out = spec.logits_dim
-        if pc.shared:
+        self.use_sde = bool(getattr(cfg.algo, "use_sde", False))
+        if self.use_sde and spec.discrete:
+            raise ConfigError(f"key 'algo.use_sde' is true, but gSDE needs a Box (continuous) action space; "
+                              f"{cfg.env.id} has {spec.act_kind}({spec.n_actions}) actions (set algo.use_sde: false)")
+        if self.use_sde and encoder is not None:
+            raise ConfigError(f"key 'algo.use_sde' is true, but gSDE takes Box observations; {cfg.env.id} has "
+                              f"{spec.obs_kind} observations (set algo.use_sde: false)")
+        latent_dim = None
+        if pc.shared or self.use_sde:
             trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
             self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))
+            latent_dim = trunk.out_dim
+        if pc.shared:  # the critic head on the actor's trunk (one Cell object)
             self.critic = Chain(trunk, dense(rng, trunk.out_dim, 1, 1.0, pc.ortho_init))
         else:
-            self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
+            if not self.use_sde:
+                self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
             self.critic = MLP(rng, obs_dim, pc.critic_arch or pc.net_arch, pc.activation, 1, 1.0, pc.ortho_init)
         self.actor, self.critic = with_encoder(encoder, self.actor), with_encoder(encoder, self.critic)
         if not spec.discrete:
-            self.log_std = Parameter(Tensor(np.full(out, pc.log_std_init, np.float32)), name="log_std")
+            shape = (latent_dim, out) if self.use_sde else (out,)
+            self.log_std = Parameter(Tensor(np.full(shape, pc.log_std_init, np.float32)), name="log_std")
 
 
 class PPORollout(nn.Cell):
-    """One graph call per vector step: (obs, noise) -> (env action, action, log_prob, value)."""
+    """One graph call per vector step: (obs, noise) -> (env action, action, log_prob, value).
+
+    noise: Gumbel (n, actions) for discrete actions, standard normal (n, actions) for the Gaussian,
+    and with gSDE the standard normal exploration matrices (n, latent_dim, actions), one per env."""
 
     def __init__(self, agent):
         super().__init__()
         self.agent = agent
         self.discrete = agent.spec.discrete
+        self.use_sde = agent.use_sde
         self.n_actions = agent.spec.n_actions
         self.multi = multi_distribution(agent.spec)  # MultiDiscrete / MultiBinary (None: Discrete, Box)
         self.is_multi = self.multi is not None
@@ -116,6 +148,15 @@ class PPORollout(nn.Cell):
 
     def construct(self, obs, noise):
         x = self.agent.normalizer(obs)
+        if self.use_sde:
+            latent = self.agent.actor.first(x)
+            mean = self.agent.actor.second(latent)
+            value = self.agent.critic(x).squeeze(-1)
+            log_std = self.agent.log_std
+            latent = ops.stop_gradient(latent)
+            action = mean + sde_noise(latent, log_std, noise)
+            log_prob = normal_log_prob(mean, sde_std(latent, log_std), action)
+            return ops.clip_by_value(action, self.low, self.high), action, log_prob, value
         out = self.agent.actor(x)
         value = self.agent.critic(x).squeeze(-1)
         if self.is_multi:
@@ -149,6 +190,7 @@ class PPOLoss(nn.Cell):
         super().__init__()
         self.agent = agent
         self.discrete = agent.spec.discrete
+        self.use_sde = agent.use_sde
         self.n_actions = agent.spec.n_actions
         self.multi = multi_distribution(agent.spec)
         self.is_multi = self.multi is not None
@@ -159,15 +201,26 @@ class PPOLoss(nn.Cell):
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
         x = self.agent.normalizer(obs)
-        out = self.agent.actor(x)
-        values = self.agent.critic(x).squeeze(-1)
-        if self.is_multi:
+        if self.use_sde:  # SB3's StateDependentNoiseDistribution: the latent features are detached
+            latent = self.agent.actor.first(x)
+            mean = self.agent.actor.second(latent)
+            values = self.agent.critic(x).squeeze(-1)
+            std = sde_std(ops.stop_gradient(latent), self.agent.log_std)
+            log_prob = normal_log_prob(mean, std, actions)
+            entropy = normal_entropy(std).mean()
+        elif self.is_multi:
+            out = self.agent.actor(x)
+            values = self.agent.critic(x).squeeze(-1)
             log_prob = self.multi.log_prob(out, actions)
             entropy = self.multi.entropy(out).mean()
         elif self.discrete:
+            out = self.agent.actor(x)
+            values = self.agent.critic(x).squeeze(-1)
             log_prob = categorical_log_prob(out, actions, self.n_actions)
             entropy = categorical_entropy(out).mean()
         else:
+            out = self.agent.actor(x)
+            values = self.agent.critic(x).squeeze(-1)
             log_prob = gaussian_log_prob(out, self.agent.log_std, actions)
             entropy = gaussian_entropy(self.agent.log_std)
         if self.normalize_advantage and advantages.shape[0] > 1:  # SB3 skips it for a 1-sample minibatch
@@ -344,6 +397,19 @@ class PPO(OnPolicyAlgorithm):
         self.fused = self.dist.world == 1
         self.phase_cell = PPOUpdatePhase(self.step_cell, c.n_epochs, rollout, c.batch_size) if self.fused else None
         self._phase_fn = FastCall(self.phase_cell) if self.fused else None
+
+    def step_noise(self, t: int, n: int) -> np.ndarray:
+        """The rollout graph's noise at vector step t of a rollout. gSDE, as SB3's collect_rollouts:
+        new exploration matrices (n, latent_dim, actions), standard normal from the run's Generator,
+        at the start of each rollout and every sde_sample_freq steps when it is positive; the
+        same matrices in between. Checkpoints fall between rollouts, so a resume draws the same."""
+        c: PPOConfig = self.cfg.algo
+        if not c.use_sde:
+            return self.sample_noise(n)
+        if t == 0 or (c.sde_sample_freq > 0 and t % c.sde_sample_freq == 0):
+            shape = (n,) + tuple(self.agent.log_std.shape)
+            self._sde_eps = self.rng.standard_normal(shape).astype(np.float32)
+        return self._sde_eps
 
     def train(self, buf) -> Dict[str, float]:
         """The update phase over one rollout: n_epochs passes of shuffled minibatches."""

@@ -69,8 +69,11 @@ def sb3_worker(args):
     venv = make_vec_env(env.get("id", "CartPole-v1"), n_envs=int(env.get("n_envs", 1)), seed=seed,
                         vec_env_cls=DummyVecEnv, env_kwargs=env_kwargs)
     clip = float(env.get("normalize_obs_clip", 10.0))
-    if env.get("normalize_obs"):
-        venv = VecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=clip)
+    if env.get("normalize_obs") or env.get("normalize_reward"):
+        # RL-Zoo's normalize: true is VecNormalize (obs and reward; the reward's gamma is the algorithm's)
+        venv = VecNormalize(venv, norm_obs=bool(env.get("normalize_obs")), norm_reward=bool(env.get("normalize_reward")),
+                            clip_obs=clip, clip_reward=float(env.get("normalize_reward_clip", 10.0)),
+                            gamma=float(algo.get("gamma", 0.99)))
     net = [int(x) for x in pol.get("net_arch", [64, 64])]
     policy_kwargs = {"net_arch": {"pi": net, "vf": [int(x) for x in pol.get("critic_arch") or net]},
                      "activation_fn": getattr(nn, ACTIVATIONS[pol.get("activation", "tanh")]),
@@ -79,6 +82,9 @@ def sb3_worker(args):
     if "log_std_init" in pol:
         policy_kwargs["log_std_init"] = float(pol["log_std_init"])
     opt = {k: algo[k] for k in ("clip_range_vf", "target_kl") if algo.get(k) is not None}
+    if algo.get("use_sde"):
+        opt["use_sde"] = True
+        opt["sde_sample_freq"] = int(algo.get("sde_sample_freq", -1))
     model = PPO("MlpPolicy", venv, learning_rate=sched(algo.get("learning_rate", 3e-4), algo.get("lr_schedule")),
                 n_steps=int(algo.get("n_steps", 2048)), batch_size=int(algo.get("batch_size", 64)),
                 n_epochs=int(algo.get("n_epochs", 10)), gamma=float(algo.get("gamma", 0.99)),

@@ -433,7 +433,42 @@ def reference_markdown() -> str:
             if cls is Config and name in ("env", "policy", "eval", "checkpoint", "log", "algo"):
                 continue
             lines.append(f"| `{name}` | {tp} | `{default}` | {doc} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + RLZOO_NOTES) + "\n"
+
+
+RLZOO_NOTES = """
+## RL-Zoo recipes: what maps and what does not
+
+`configs/ppo/Pendulum-v1-gsde.yaml` and `configs/ppo/HalfCheetah-v5.yaml` are rl-baselines3-zoo's
+hyperparams/ppo.yml entries (Pendulum-v1; HalfCheetah-v3/-v4, the same values, on v5) as published.
+Every value of those entries has a key here: `n_envs` -> `env.n_envs`, `n_timesteps` ->
+`total_timesteps`, `use_sde` / `sde_sample_freq` -> `algo.use_sde` / `algo.sde_sample_freq`,
+`policy_kwargs` `log_std_init`, `ortho_init`, `activation_fn=nn.ReLU`, `net_arch=dict(pi=[256, 256],
+vf=[256, 256])` -> `policy.log_std_init`, `policy.ortho_init`, `policy.activation: relu`,
+`policy.net_arch` and `policy.critic_arch`, and `normalize: true` -> `env.normalize_obs: true` and
+`env.normalize_reward: true` with VecNormalize's defaults (clip_obs 10 -> `env.normalize_obs_clip`,
+clip_reward 10 -> `env.normalize_reward_clip`, epsilon 1e-8, the reward's gamma = the algorithm's,
+as RL-Zoo passes it). What differs, and cannot be set:
+
+- **When normalization statistics change.** VecNormalize updates its observation and return
+  statistics at every step and normalizes each observation with the statistics of that moment;
+  msrl's observation statistics are Parameters of the policy cell (exported with it), merged
+  after each rollout and frozen during a rollout and its update (acting and the loss see the
+  same normalization); the return statistics are merged after each rollout too.
+- **gSDE options.** `full_std=True`, `use_expln=False`, `learn_features=False` (SB3's PPO defaults,
+  what these entries use) are the only gSDE variant: no `sde_net_arch`, no expln, no squashing.
+  SB3 also draws new exploration matrices before every minibatch of the update phase
+  (`reset_noise(batch_size)`); they do not enter the loss, so msrl does not draw them. At a
+  rollout's start with `sde_sample_freq > 0` SB3 draws twice (the second replaces the first);
+  msrl draws once. With one env SB3 uses its single `exploration_mat`, msrl the env's matrix: the
+  same distribution either way, from the run's NumPy Generator instead of torch's.
+- **Initialization draws.** `ortho_init: false` is PyTorch's default Linear initialization (uniform
+  +-1/sqrt(fan_in) for weights and biases), drawn from the run's NumPy Generator: the same
+  distribution as SB3, not the same numbers.
+- **Things RL-Zoo adds around the entry** (Monitor wrappers, its evaluation callback, saving the
+  VecNormalize statistics next to the model) have no keys: msrl logs episodes itself, evaluates
+  with `eval.*`, and keeps the statistics in checkpoints and in the exported cell.
+""".splitlines()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -46,6 +46,42 @@ def gaussian_entropy(log_std):
     return (log_std + 0.5 + 0.5 * LOG_2PI).sum(-1)
 
 
+# Generalized State-Dependent Exploration (gSDE, Raffin et al. 2022) ---------------------------
+SDE_EPSILON = 1e-6
+"""Stable-Baselines3's StateDependentNoiseDistribution epsilon, added to the variance."""
+
+
+def sde_std(latent_sde, log_std, epsilon: float = SDE_EPSILON):
+    """Per-sample action std of gSDE, as SB3's StateDependentNoiseDistribution (full_std,
+    exp, no learned features): ``sqrt((latent^2) @ exp(log_std)^2 + epsilon)``.
+
+    latent_sde (batch, latent_dim) is the actor trunk's last hidden output; the caller detaches
+    it (``ops.stop_gradient``), as SB3 does with learn_features=False. log_std has shape
+    (latent_dim, action_dim)."""
+    std = ops.exp(log_std)
+    return ops.sqrt(ops.matmul(latent_sde * latent_sde, std * std) + epsilon)
+
+
+def sde_noise(latent_sde, log_std, eps):
+    """The state-dependent noise ``latent @ (exp(log_std) * eps_i)`` of each row i, where eps
+    (batch, latent_dim, action_dim) are standard normal exploration matrices from the host:
+    exp(log_std) * eps_i is SB3's exploration matrix of env i (``weights_dist.rsample``)."""
+    mats = ops.exp(log_std) * eps
+    return ops.BatchMatMul()(ops.expand_dims(latent_sde, 1), mats).squeeze(1)
+
+
+def normal_log_prob(mean, std, x):
+    """log N(x; mean, std^2) summed over the last axis, torch.distributions.Normal's formula
+    ``-(x - mean)^2 / (2 std^2) - log std - log sqrt(2 pi)``."""
+    d = x - mean
+    return (-(d * d) / (2.0 * std * std) - ops.log(std) - 0.5 * LOG_2PI).sum(-1)
+
+
+def normal_entropy(std):
+    """Entropy of N(., std^2) summed over the last axis: ``0.5 + 0.5 log(2 pi) + log std``."""
+    return (0.5 + 0.5 * LOG_2PI + ops.log(std)).sum(-1)
+
+
 # Tanh-squashed Gaussian (SAC) ----------------------------------------------------------------
 def tanh_gaussian_log_prob(mean, log_std, u):
     """log pi(tanh(u)) = log N(u) - sum log(1 - tanh(u)^2), the stable form

@@ -72,6 +72,26 @@ def test_continuous_export_bit_identical_and_onnx_close(pendulum_export, pendulu
     assert m.env["normalize_obs"] is True
 
 
+def test_gsde_policy_exports_its_mean_and_verifies(tmp_path):
+    # gSDE changes exploration only: the exported policy is the deterministic mean (clipped), the
+    # same graph as without gSDE, bit-identical on MindSpore and within 1e-5 on ONNX Runtime
+    from helpers import train_run
+
+    run, _, algo = train_run(tmp_path, "ppo/Pendulum-v1-gsde.yaml",
+                             ["total_timesteps=1024", "algo.n_steps=128", "eval.freq=0", "eval.episodes=1"], "gsde")
+    assert tuple(algo.agent.log_std.shape) == (64, 1)
+    out = str(tmp_path / "export")
+    export_run(run, out, formats=["mindir", "onnx"], golden=256)
+    r = verify_export(out, backend="mindspore", episodes=2)
+    assert r["passed"] and r["golden"]["bit_identical"] and r["rollouts"]["identical_episodes"] == 2
+    r2 = verify_export(out, backend="onnxruntime", episodes=1)
+    assert r2["passed"] and r2["golden"]["max_abs_error"] <= 1e-5
+    with np.load(os.path.join(out, "golden.npz")) as g:
+        # the mean of the trained agent (another batch blocking than the golden set's: 1 ulp apart)
+        np.testing.assert_allclose(g["actions"], algo.act_deterministic(g["obs"]), rtol=0, atol=1e-6)
+    assert read_manifest(out).source.config["algo"]["use_sde"] is True
+
+
 def test_raw_output_export_is_a_mismatch(cartpole_run, tmp_path, capsys):
     # exported without its post-processing: logits instead of the argmax index
     out = str(tmp_path / "raw")

@@ -19,6 +19,10 @@ CASES = {
     # continuous with observation normalization; batch divides the rollout; value clipping, entropy
     "pendulum": ("ppo/Pendulum-v1.yaml", ["total_timesteps=2048", "algo.n_steps=128", "algo.batch_size=64",
                                           "algo.n_epochs=3", "algo.clip_range_vf=0.2", "algo.ent_coef=0.01"]),
+    # gSDE (state-dependent std, entropy per sample); 3 full minibatches + a short one per epoch
+    "pendulum-gsde": ("ppo/Pendulum-v1-gsde.yaml", ["total_timesteps=1536", "env.n_envs=3", "algo.n_steps=128",
+                                                    "algo.batch_size=100", "algo.n_epochs=3", "algo.ent_coef=0.01",
+                                                    "algo.target_kl=0.05", "algo.sde_sample_freq=5"]),
 }
 
 

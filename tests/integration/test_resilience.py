@@ -64,6 +64,29 @@ def test_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
     assert [e["event"] for e in events][-2:] == ["resumed", "finished"]
 
 
+def test_gsde_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
+    # gSDE's exploration matrices come from the run's Generator (stored in checkpoints; drawn at
+    # each rollout's start and every sde_sample_freq steps, and checkpoints fall between rollouts):
+    # two resumes from the step-768 checkpoint end with the same parameters (the README's resume
+    # promise: the envs are reseeded from (seed, steps done))
+    overrides = ["eval.freq=0", "eval.episodes=1", "env.n_envs=3", "algo.n_steps=64", "algo.batch_size=64",
+                 "algo.n_epochs=2", "algo.sde_sample_freq=5", "total_timesteps=1536", "checkpoint.freq=768",
+                 "checkpoint.keep=5"]
+    run, full, _ = train_run(tmp_path, "ppo/Pendulum-v1-gsde.yaml", overrides, "base")
+    hashes = []
+    for name in ("r1", "r2"):
+        d = copy_run_at_checkpoint(run, tmp_path / name, "step-000000768.safetensors")
+        algo = PPO.resume(d)
+        assert algo.num_timesteps == 768 and tuple(algo.agent.log_std.shape) == (64, 1)
+        summary = algo.learn(d, progress=False)
+        assert summary["num_timesteps"] == 1536
+        hashes.append(summary["params_sha256"])
+    assert hashes[0] == hashes[1]
+    # ... and the matrices matter: drawn only at each rollout's start, the parameters differ
+    _, once, _ = train_run(tmp_path, "ppo/Pendulum-v1-gsde.yaml", overrides + ["algo.sde_sample_freq=-1"], "once")
+    assert once["params_sha256"] != full["params_sha256"]
+
+
 def test_keep_last_k_checkpoints(tmp_path):
     run, _, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml",
                           SHORT + ["total_timesteps=3072", "checkpoint.freq=256", "checkpoint.keep=2"], "k")

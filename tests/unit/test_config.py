@@ -149,3 +149,27 @@ def test_docs_config_reference_is_current(configs_dir):
     from msrl_consistent.config import reference_markdown
     path = os.path.join(os.path.dirname(configs_dir), "docs", "config.md")
     assert open(path).read() == reference_markdown(), "regenerate: python -m msrl_consistent.config > docs/config.md"
+
+
+def test_rlzoo_ppo_recipes_as_published(configs_dir):
+    # rl-baselines3-zoo hyperparams/ppo.yml, Pendulum-v1 (gSDE) and HalfCheetah (normalize: true)
+    p = load_config(os.path.join(configs_dir, "ppo", "Pendulum-v1-gsde.yaml"))
+    a = p.algo
+    assert (p.total_timesteps, p.env.n_envs, a.n_steps, a.gae_lambda, a.gamma, a.n_epochs) == (100000, 4, 1024, 0.95,
+                                                                                                0.9, 10)
+    assert (a.ent_coef, a.learning_rate, a.lr_schedule, a.clip_range, a.use_sde, a.sde_sample_freq) == (
+        0.0, 1e-3, "constant", 0.2, True, 4)
+    assert (a.batch_size, p.policy.net_arch, p.policy.activation, p.policy.log_std_init, p.policy.ortho_init,
+            p.env.normalize_obs, p.env.normalize_reward) == (64, [64, 64], "tanh", 0.0, True, False, False)
+    h = load_config(os.path.join(configs_dir, "ppo", "HalfCheetah-v5.yaml"))
+    a = h.algo
+    assert (h.env.id, h.total_timesteps, h.env.n_envs, a.batch_size, a.n_steps, a.gamma) == ("HalfCheetah-v5", 1000000,
+                                                                                            1, 64, 512, 0.98)
+    assert (a.learning_rate, a.ent_coef, a.clip_range, a.n_epochs, a.gae_lambda, a.max_grad_norm, a.vf_coef) == (
+        2.0633e-05, 0.000401762, 0.1, 20, 0.92, 0.8, 0.58096)
+    assert (h.env.normalize_obs, h.env.normalize_reward, h.env.normalize_obs_clip, h.env.normalize_reward_clip) == (
+        True, True, 10.0, 10.0)
+    pol = h.policy
+    assert (pol.log_std_init, pol.ortho_init, pol.activation, pol.net_arch, pol.critic_arch, pol.shared) == (
+        -2.0, False, "relu", [256, 256], [256, 256], False)
+    assert a.use_sde is False and a.lr_schedule == "constant" and a.clip_range_schedule == "constant"
