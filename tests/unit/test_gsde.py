@@ -5,6 +5,7 @@ noise schedule of sde_sample_freq; config errors."""
 import math
 import os
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from helpers import CONFIGS
@@ -188,3 +189,24 @@ def test_latent_features_are_detached_in_the_variance():
     sigma2 = latent ** 2 @ std ** 2 + EPS
     expected = -0.5 * np.mean(latent[:, :, None] ** 2 * std[None] ** 2 / sigma2[:, None, :], axis=0)
     np.testing.assert_allclose(by_name[algo.agent.log_std.name], expected, rtol=1e-4, atol=1e-7)
+
+
+class _IndexToBox(gym.Env):
+    """A Discrete observation with a Box action: gSDE's features would sit behind the one-hot encoder."""
+    observation_space = gym.spaces.Discrete(4)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):
+        return 0, 0.0, True, False, {}
+
+
+def test_use_sde_with_non_box_observations_is_a_config_error():
+    if "MsrlTestIndexToBox-v0" not in gym.registry:
+        gym.register("MsrlTestIndexToBox-v0", entry_point=_IndexToBox)
+    cfg = load_config(GSDE, ["env.id=MsrlTestIndexToBox-v0", "env.normalize_obs=false", "env.n_envs=1"])
+    with pytest.raises(ConfigError, match=r"key 'algo.use_sde'.*Box observations.*Discrete observations"):
+        registry.get("ppo")(cfg)
