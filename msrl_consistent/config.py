@@ -92,7 +92,7 @@ class PolicyConfig:
     resize: Optional[List[int]] = None
     """Image observations: [height, width] to area-resize to inside the policy cell (None: keep the size)."""
     conv_impl: Literal["matmul", "conv2d"] = "matmul"
-    """Image observations: convs as Slice/Concat/MatMul (fast on the CPU backend) or nn.Conv2d (Conv2D exported); same params."""
+    """Image observations: convs as Gather/Concat/MatMul (fast on the CPU backend) or nn.Conv2d (Conv2D exported); same params."""
 
     checks: ClassVar[Dict[str, Check]] = {"net_arch": SIZES_OR_EMPTY, "critic_arch": SIZES_OR_EMPTY,
                                           "resize": RESIZE}

@@ -192,39 +192,59 @@ def area_matrix(n_out: int, n_in: int) -> np.ndarray:
 
 
 class Crop(nn.Cell):
-    """``x[:, b1:b1+n1, b2:b2+n2, b3:b3+n3]`` of a 4-D tensor as one Slice, the batch size left -1
-    (a dynamic batch in ONNX). Slice, not tensor indexing: MindSpore 2.10's CPU StridedSlice (what
-    indexing compiles to) copies ~50M floats/s, measured 120 ms for one 256 x 20 x 20 x 64 window,
-    Slice ~1 ms. Backward: ``dout`` zero-padded back to the input shape (one PadV3; MindSpore's
-    SliceGrad refuses the size -1). Only training depends on the backward; the exported graph holds
-    the Slice."""
+    """``x[:, b1:b1+n1, b2:b2+n2, b3:b3+n3]`` of a 4-D tensor (any batch size) as Gathers with constant
+    indices: one Gather over the merged dims 1 and 2 when dim 3 is kept whole (the conv windows,
+    each index copying a contiguous row), else one Gather per cropped dim. Not tensor indexing:
+    MindSpore 2.10's CPU StridedSlice copies ~50M floats/s (120 ms for one 256 x 20 x 20 x 64 window);
+    not ops.slice: it needs the batch size, and -1 there exports to an ONNX Slice that drops the
+    last row. Backward: ``dout`` zero-padded back to the input shape (one PadV3). Only training
+    depends on the backward; the exported graph holds the Gathers (ONNX Gather)."""
 
     def __init__(self, begin, size, full):
         super().__init__()
-        self.begin = tuple(int(v) for v in begin)
-        self.size = (-1,) + tuple(int(v) for v in size[1:])
+        b, n, f = [int(v) for v in begin], [int(v) for v in size], [int(v) for v in full]
         pads = []
         for d in (3, 2, 1):  # ops.pad lists the last dimension first
-            pads += [self.begin[d], int(full[d]) - self.begin[d] - self.size[d]]
+            pads += [b[d], f[d] - b[d] - n[d]]
         self.pads = tuple(pads)
+        self.flat = b[3] == 0 and n[3] == f[3]
+        self.idx1 = self.idx2 = self.idx3 = None
+        if self.flat:
+            rows = np.arange(b[1], b[1] + n[1])[:, None] * f[2] + np.arange(b[2], b[2] + n[2])[None, :]
+            self.idx1 = Tensor(rows.reshape(-1).astype(np.int32))
+            self.merged = (-1, f[1] * f[2], f[3])
+            self.out_shape = (-1, n[1], n[2], n[3])
+        else:
+            for d in (1, 2, 3):
+                if n[d] != f[d]:
+                    setattr(self, f"idx{d}", Tensor(np.arange(b[d], b[d] + n[d], dtype=np.int32)))
 
     def construct(self, x):
-        return ops.slice(x, self.begin, self.size)
+        if self.flat:
+            return ops.gather(x.reshape(self.merged), self.idx1, 1).reshape(self.out_shape)
+        if self.idx1 is not None:
+            x = ops.gather(x, self.idx1, 1)
+        if self.idx2 is not None:
+            x = ops.gather(x, self.idx2, 2)
+        if self.idx3 is not None:
+            x = ops.gather(x, self.idx3, 3)
+        return x
 
     def bprop(self, x, out, dout):
         return (ops.pad(dout, self.pads),)
 
 
 class MatMulConv2d(nn.Cell):
-    """A 'valid' convolution whose kernel size is a multiple of its stride, as Slice / Reshape /
+    """A 'valid' convolution whose kernel size is a multiple of its stride, as Gather / Reshape /
     Transpose / Concat and one MatMul: what NatureCNN's 8x8/4, 4x4/2 and 3x3/1 layers (and the
-    'small' trunk's 4x4/4, 2x2/2) compute, 15-60x faster than MindSpore 2.10's CPU Conv2D
-    (docs/benchmarks.md, benchmarks/cnn_step_cost.py), equal to it within float32 rounding.
+    'small' trunk's 4x4/4, 2x2/2) compute, 12-60x faster than MindSpore 2.10's CPU Conv2D (the
+    whole NatureCNN encoder with its preprocessing ~5x: docs/benchmarks.md,
+    benchmarks/cnn_step_cost.py), equal to it within float32 rounding.
 
     Space-to-depth by the stride s turns the input into (B, H/s, W/s, C*s*s) blocks; the conv is
     then an m x m, stride-1 conv over blocks (m = kernel / s), i.e. the m*m shifted block windows
-    concatenated (im2col) times the weight as a matrix. The parameters are nn.Conv2d's: ``weight``
-    (out, in, k, k) and ``bias`` (out,), the same names, shapes and init, so a checkpoint fits
+    concatenated (im2col, Gathers: see Crop) times the weight as a matrix. The parameters are
+    nn.Conv2d's: ``weight`` (out, in, k, k) and ``bias`` (out,), the same names, shapes and init, so a checkpoint fits
     either implementation; the weight is rearranged to the matrix inside the graph. Input NCHW
     (``nchw_in``, the first layer) or NHWC; output NHWC (ImageEncoder transposes the last layer's
     output back to NCHW before flattening, so the Dense after it sees Conv2d's feature order)."""
