@@ -1,18 +1,46 @@
-"""The cost of one NatureCNN step at batch 256 on this CPU: msrl's ImageEncoder (raw 210x160x3
-frames x 4 stacked, grayscale + 84x84 area resize in the cell, NatureCNN) forward, its
-preprocessing alone, forward + backward, and torch's (SB3's NatureCNN on 4 x 84 x 84) forward +
-backward at 1 and 2 threads. Each timing is the second call (the first compiles / warms up).
+"""The cost of msrl's ImageEncoder on this CPU, per convolution implementation: raw 210x160x3
+frames x 4 stacked, grayscale + 84x84 area resize in the cell, NatureCNN; forward, forward +
+backward (gradients of all parameters), and the in-cell preprocessing alone (GRAPH mode), at each batch size;
+then torch's (SB3's NatureCNN on 4 x 84 x 84, preprocessed input) forward + backward at 1 and 2
+threads. Each timing is the median of ``--repeats`` calls after one warm-up call (the first
+compiles).
 
-    python benchmarks/cnn_step_cost.py          # needs torch and stable-baselines3 (the bench extra)
+``policy.conv_impl`` 'conv2d' is nn.Conv2d (MindSpore's CPU Conv2D: oneDNN 3.10 picks its
+``jit_uni_ncsp:conv+ref:any`` implementation for the forward and backward-data passes on this
+AVX-512 machine, hundreds of ms per layer, see docs/benchmarks.md); 'matmul' is
+networks.MatMulConv2d (Slice / Transpose / Concat / MatMul, the same parameters).
+
+    python benchmarks/cnn_step_cost.py [--batches 32 256] [--impls matmul conv2d] [--no-torch]
+    ONEDNN_MAX_CPU_ISA=AVX2 python benchmarks/cnn_step_cost.py --impls conv2d   # oneDNN's gemm conv
 """
+import argparse
 import json
+import os
+import statistics
 import time
 from dataclasses import replace
 
 import numpy as np
 
 
+def _time(fn, repeats: int) -> float:
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, nargs="+", default=[32, 256])
+    ap.add_argument("--impls", nargs="+", default=["matmul", "conv2d"], choices=["matmul", "conv2d"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-torch", action="store_true")
+    args = ap.parse_args()
+
     import mindspore as ms
     from gymnasium import spaces
     from mindspore import Tensor, ops
@@ -23,17 +51,6 @@ def main() -> None:
 
     configure_mindspore("CPU")
     spec = replace(space_spec(spaces.Box(0, 255, (210, 160, 3), np.uint8), spaces.Discrete(4)), frame_stack=4)
-    enc = ImageEncoder(np.random.default_rng(0), spec, "nature", True, [84, 84], True)
-    x = Tensor(np.random.default_rng(0).integers(0, 256, (256, spec.obs_dim)).astype(np.uint8))
-    out = {}
-    enc(x).asnumpy()
-    t0 = time.perf_counter()
-    enc(x).asnumpy()
-    out["msrl_forward_s"] = time.perf_counter() - t0
-    enc.preprocess(x).asnumpy()
-    t0 = time.perf_counter()
-    enc.preprocess(x).asnumpy()
-    out["msrl_preprocess_s"] = time.perf_counter() - t0
 
     class Loss(ms.nn.Cell):
         def __init__(self, e):
@@ -43,24 +60,38 @@ def main() -> None:
         def construct(self, x):
             return self.e(x).sum()
 
-    grad = ops.value_and_grad(Loss(enc), None, enc.trainable_params())
-    grad(x)
-    t0 = time.perf_counter()
-    _, g = grad(x)
-    g[0].asnumpy()
-    out["msrl_forward_backward_s"] = time.perf_counter() - t0
+    class Preprocess(ms.nn.Cell):  # a Cell, so it runs compiled like the encoder (a method call would not)
+        def __init__(self, e):
+            super().__init__()
+            self.e = e
 
-    import torch
-    from stable_baselines3.common.torch_layers import NatureCNN
-    for th in (1, 2):
-        torch.set_num_threads(th)
-        net = NatureCNN(spaces.Box(0, 255, (4, 84, 84), np.uint8), 512)
-        xt = torch.as_tensor(np.random.default_rng(0).integers(0, 256, (256, 4, 84, 84)).astype(np.float32)) / 255
-        net(xt).sum().backward()
-        t0 = time.perf_counter()
-        net(xt).sum().backward()
-        out[f"torch_{th}_threads_forward_backward_s"] = time.perf_counter() - t0
-    print(json.dumps({k: round(v, 3) for k, v in out.items()}, indent=1))
+        def construct(self, x):
+            return self.e.preprocess(x)
+
+    out = {"ONEDNN_MAX_CPU_ISA": os.environ.get("ONEDNN_MAX_CPU_ISA"), "repeats": args.repeats}
+    for impl in args.impls:
+        enc = ImageEncoder(np.random.default_rng(0), spec, "nature", True, [84, 84], True, impl)
+        grad = ops.value_and_grad(Loss(enc), None, enc.trainable_params())
+        pre = Preprocess(enc)
+        for b in args.batches:
+            x = Tensor(np.random.default_rng(0).integers(0, 256, (b, spec.obs_dim)).astype(np.uint8))
+            out[f"{impl}_b{b}_forward_s"] = _time(lambda e=enc, v=x: e(v).asnumpy(), args.repeats)
+            out[f"{impl}_b{b}_forward_backward_s"] = _time(lambda g=grad, v=x: g(v)[1][0].asnumpy(), args.repeats)
+            if impl == args.impls[0]:
+                out[f"preprocess_b{b}_s"] = _time(lambda p=pre, v=x: p(v).asnumpy(), args.repeats)
+            print(json.dumps({k: v for k, v in out.items() if k.startswith(f"{impl}_b{b}")}), flush=True)
+
+    if not args.no_torch:
+        import torch
+        from stable_baselines3.common.torch_layers import NatureCNN
+        for th in (1, 2):
+            torch.set_num_threads(th)
+            net = NatureCNN(spaces.Box(0, 255, (4, 84, 84), np.uint8), 512)
+            for b in args.batches:
+                xt = torch.as_tensor(np.random.default_rng(0).integers(0, 256, (b, 4, 84, 84)).astype(np.float32)) / 255
+                out[f"torch_{th}_threads_b{b}_forward_backward_s"] = _time(lambda n=net, v=xt: n(v).sum().backward(),
+                                                                           args.repeats)
+    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}, indent=1))
 
 
 if __name__ == "__main__":

@@ -191,9 +191,117 @@ def area_matrix(n_out: int, n_in: int) -> np.ndarray:
     return (m / m.sum(1, keepdims=True)).astype(np.float32)
 
 
-def conv(rng, c_in: int, c_out: int, k: int, stride: int, ortho: bool) -> nn.Conv2d:
-    """nn.Conv2d ('valid' padding) with host-side init: orthogonal(sqrt(2)) on the (c_out,
-    c_in*k*k) matrix and zero bias (SB3's NatureCNN init), or PyTorch's default uniform."""
+class Crop(nn.Cell):
+    """``x[:, b1:b1+n1, b2:b2+n2, b3:b3+n3]`` of a 4-D tensor (any batch size) as Gathers with constant
+    indices: one Gather over the merged dims 1 and 2 when dim 3 is kept whole (the conv windows,
+    each index copying a contiguous row), else one Gather per cropped dim. Not tensor indexing:
+    MindSpore 2.10's CPU StridedSlice copies ~50M floats/s (120 ms for one 256 x 20 x 20 x 64 window);
+    not ops.slice: it needs the batch size, and -1 there exports to an ONNX Slice that drops the
+    last row. Backward: ``dout`` zero-padded back to the input shape (one PadV3). Only training
+    depends on the backward; the exported graph holds the Gathers (ONNX Gather)."""
+
+    def __init__(self, begin, size, full):
+        super().__init__()
+        b, n, f = [int(v) for v in begin], [int(v) for v in size], [int(v) for v in full]
+        pads = []
+        for d in (3, 2, 1):  # ops.pad lists the last dimension first
+            pads += [b[d], f[d] - b[d] - n[d]]
+        self.pads = tuple(pads)
+        self.flat = b[3] == 0 and n[3] == f[3]
+        self.idx1 = self.idx2 = self.idx3 = None
+        if self.flat:
+            rows = np.arange(b[1], b[1] + n[1])[:, None] * f[2] + np.arange(b[2], b[2] + n[2])[None, :]
+            self.idx1 = Tensor(rows.reshape(-1).astype(np.int32))
+            self.merged = (-1, f[1] * f[2], f[3])
+            self.out_shape = (-1, n[1], n[2], n[3])
+        else:
+            for d in (1, 2, 3):
+                if n[d] != f[d]:
+                    setattr(self, f"idx{d}", Tensor(np.arange(b[d], b[d] + n[d], dtype=np.int32)))
+
+    def construct(self, x):
+        if self.flat:
+            return ops.gather(x.reshape(self.merged), self.idx1, 1).reshape(self.out_shape)
+        if self.idx1 is not None:
+            x = ops.gather(x, self.idx1, 1)
+        if self.idx2 is not None:
+            x = ops.gather(x, self.idx2, 2)
+        if self.idx3 is not None:
+            x = ops.gather(x, self.idx3, 3)
+        return x
+
+    def bprop(self, x, out, dout):
+        return (ops.pad(dout, self.pads),)
+
+
+class MatMulConv2d(nn.Cell):
+    """A 'valid' convolution whose kernel size is a multiple of its stride, as Gather / Reshape /
+    Transpose / Concat and one MatMul: what NatureCNN's 8x8/4, 4x4/2 and 3x3/1 layers (and the
+    'small' trunk's 4x4/4, 2x2/2) compute, 12-60x faster than MindSpore 2.10's CPU Conv2D (the
+    whole NatureCNN encoder with its preprocessing ~5x: docs/benchmarks.md,
+    benchmarks/cnn_step_cost.py), equal to it within float32 rounding.
+
+    Space-to-depth by the stride s turns the input into (B, H/s, W/s, C*s*s) blocks; the conv is
+    then an m x m, stride-1 conv over blocks (m = kernel / s), i.e. the m*m shifted block windows
+    concatenated (im2col, Gathers: see Crop) times the weight as a matrix. The parameters are
+    nn.Conv2d's: ``weight`` (out, in, k, k) and ``bias`` (out,), the same names, shapes and init, so a checkpoint fits
+    either implementation; the weight is rearranged to the matrix inside the graph. Input NCHW
+    (``nchw_in``, the first layer) or NHWC; output NHWC (ImageEncoder transposes the last layer's
+    output back to NCHW before flattening, so the Dense after it sees Conv2d's feature order)."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray, stride: int, in_hw, nchw_in: bool):
+        super().__init__()
+        c_out, c_in, k, _ = weight.shape
+        s = int(stride)
+        if k % s:
+            raise ValueError(f"MatMulConv2d needs kernel % stride == 0, got kernel {k}, stride {s}")
+        self.weight = ms.Parameter(Tensor(weight), name="weight")
+        self.bias = ms.Parameter(Tensor(bias), name="bias")
+        h, w = int(in_hw[0]), int(in_hw[1])
+        m = k // s
+        oh, ow = (h - k) // s + 1, (w - k) // s + 1
+        hb, wb = oh - 1 + m, ow - 1 + m  # the blocks the output reads; the rest of the input is unused
+        self.nchw_in = bool(nchw_in)
+        full = (0, c_in, h, w) if self.nchw_in else (0, h, w, c_in)
+        used = (0, c_in, hb * s, wb * s) if self.nchw_in else (0, hb * s, wb * s, c_in)
+        self.crop = None if used == full else Crop((0, 0, 0, 0), used, full)
+        if self.nchw_in:  # (B, C, hb, s, wb, s) -> (B, hb, wb, C, s, s)
+            self.blocks, self.perm = (-1, c_in, hb, s, wb, s), (0, 2, 4, 1, 3, 5)
+        else:  # (B, hb, s, wb, s, C) -> (B, hb, wb, C, s, s)
+            self.blocks, self.perm = (-1, hb, s, wb, s, c_in), (0, 1, 3, 5, 2, 4)
+        self.flat_blocks = (-1, hb, wb, c_in * s * s)
+        self.windows = None if m == 1 else nn.CellList(
+            [Crop((0, a, b, 0), (0, oh, ow, c_in * s * s), (0, hb, wb, c_in * s * s))
+             for a in range(m) for b in range(m)])
+        # weight (out, in, [a, sh], [b, sw]) -> rows ordered (a, b, in, sh, sw), as the windows' features
+        self.w_blocks = (c_out, c_in, m, s, m, s)
+        self.cols = m * m * c_in * s * s
+        self.c_out = c_out
+        self.out_shape = (-1, oh, ow, c_out)
+        self.matmul = ops.MatMul()  # its gradient uses MatMul's transpose flags, no Transpose kernels
+
+    def construct(self, x):
+        if self.crop is not None:
+            x = self.crop(x)
+        x = ops.transpose(x.reshape(self.blocks), self.perm).reshape(self.flat_blocks)
+        if self.windows is not None:
+            parts = []
+            for window in self.windows:
+                parts.append(window(x))
+            x = ops.concat(parts, -1)
+        w = ops.transpose(self.weight.reshape(self.w_blocks), (2, 4, 1, 3, 5, 0)).reshape((self.cols, self.c_out))
+        y = self.matmul(x.reshape((-1, self.cols)), w) + self.bias
+        return y.reshape(self.out_shape)
+
+
+CONV_IMPLS = ("matmul", "conv2d")
+
+
+def conv(rng, c_in: int, c_out: int, k: int, stride: int, ortho: bool, impl: str = "conv2d", in_hw=None,
+         nchw_in: bool = True) -> nn.Cell:
+    """A 'valid' convolution with host-side init: orthogonal(sqrt(2)) on the (c_out, c_in*k*k)
+    matrix and zero bias (SB3's NatureCNN init), or PyTorch's default uniform. ``impl`` 'conv2d':
+    nn.Conv2d (NCHW); 'matmul': MatMulConv2d (the same parameters and init; input ``in_hw``)."""
     fan_in = c_in * k * k
     if ortho:
         w = orthogonal(rng, c_out, fan_in, float(np.sqrt(2.0))).reshape(c_out, c_in, k, k)
@@ -202,6 +310,10 @@ def conv(rng, c_in: int, c_out: int, k: int, stride: int, ortho: bool) -> nn.Con
         bound = 1.0 / np.sqrt(fan_in)
         w = rng.uniform(-bound, bound, (c_out, c_in, k, k)).astype(np.float32)
         b = rng.uniform(-bound, bound, (c_out,)).astype(np.float32)
+    if impl == "matmul":
+        return MatMulConv2d(w, b, stride, in_hw, nchw_in)
+    if impl != "conv2d":
+        raise ValueError(f"conv impl must be one of {CONV_IMPLS}, got {impl!r}")
     return nn.Conv2d(c_in, c_out, k, stride, pad_mode="valid", has_bias=True, weight_init=Tensor(w),
                      bias_init=Tensor(b))
 
@@ -229,9 +341,10 @@ class ImageEncoder(nn.Cell):
     reshape to (B, k, H, W, C) (or (B, k, C, H, W) for a channels-first space; the one place the
     channel order is handled), cast to float32 and divide by 255, optional grayscale (luma
     weights), optional area resize (two MatMuls with constant matrices), then the conv trunk
-    (ReLU after every layer, flatten, Dense, ReLU)."""
+    (ReLU after every layer, flatten, Dense, ReLU). ``conv_impl`` 'matmul' (MatMulConv2d, NHWC
+    between the layers) or 'conv2d' (nn.Conv2d): the same parameters, init and features."""
 
-    def __init__(self, rng, spec, cnn: str, grayscale: bool, resize, ortho: bool):
+    def __init__(self, rng, spec, cnn: str, grayscale: bool, resize, ortho: bool, conv_impl: str = "matmul"):
         super().__init__()
         from .config import ConfigError
         h, w, c = spec.image_hwc
@@ -258,10 +371,14 @@ class ImageEncoder(nn.Cell):
                               f"(use 'small', or policy.resize)")
         convs: List[nn.Cell] = []
         ch = k * c_out
+        hw = (oh, ow)
         for out, ks, st in layers:
-            convs += [conv(rng, ch, out, ks, st, ortho), nn.ReLU()]
+            convs += [conv(rng, ch, out, ks, st, ortho, conv_impl, hw, not convs), nn.ReLU()]
             ch = out
+            hw = ((hw[0] - ks) // st + 1, (hw[1] - ks) // st + 1)
         self.convs = nn.SequentialCell(convs)
+        self.conv_impl = conv_impl
+        self.nhwc_out = conv_impl == "matmul"
         n_flat = ch * cnn_out_size(oh, layers) * cnn_out_size(ow, layers)
         self.n_flat = n_flat
         self.fc = nn.SequentialCell([dense(rng, n_flat, feat, float(np.sqrt(2.0)), ortho), nn.ReLU()])
@@ -284,6 +401,8 @@ class ImageEncoder(nn.Cell):
 
     def construct(self, x):
         x = self.convs(self.preprocess(x))
+        if self.nhwc_out:
+            x = ops.transpose(x, (0, 3, 1, 2))  # Conv2d's (C, H, W) flatten order for the Dense
         return self.fc(x.reshape((-1, self.n_flat)))  # -1, not x.shape[0]: a dynamic batch in ONNX
 
 
@@ -294,7 +413,7 @@ def obs_encoder(spec, rng=None, policy_cfg=None):
     ImageEncoder (preprocessing + CNN, weights from ``rng``) for an image."""
     if spec.obs_kind == "Image":
         pc = policy_cfg
-        enc = ImageEncoder(rng, spec, pc.cnn, pc.grayscale, pc.resize, pc.ortho_init)
+        enc = ImageEncoder(rng, spec, pc.cnn, pc.grayscale, pc.resize, pc.ortho_init, pc.conv_impl)
         return enc, enc.out_dim
     if spec.obs_kind == "Discrete":
         return OneHot(spec.obs_n), spec.obs_n

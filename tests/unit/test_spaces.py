@@ -263,6 +263,75 @@ def test_nature_cnn_refuses_small_images_and_grayscale_needs_rgb():
     assert enc.cnn == "nature" and enc.out_dim == 512
 
 
+@pytest.mark.parametrize("cnn,shape,resize", [("nature", (84, 84, 3), None), ("nature", (90, 87, 3), None),
+                                               ("small", (32, 32, 3), None), ("small", (34, 31, 3), [30, 29])])
+def test_matmul_convs_equal_conv2d(cnn, shape, resize):
+    """conv_impl 'matmul' (MatMulConv2d) and 'conv2d' (nn.Conv2d): the same parameters from the same
+    seed, features equal within float32 rounding, gradients too; sizes that leave input rows and
+    columns unused (90 x 87 for NatureCNN's 8/4 first layer, 31 for the small trunk) included."""
+    import mindspore as ms
+    from mindspore import ops
+    frames = np.random.default_rng(1).integers(0, 256, (5,) + shape).astype(np.uint8).reshape(5, -1)
+    x = Tensor(frames)
+    encs = [_encoder(shape, cnn=cnn, resize=resize, conv_impl=impl)[0] for impl in ("matmul", "conv2d")]
+    pa, pb = ({p.name: p.asnumpy() for p in e.trainable_params()} for e in encs)
+    assert sorted(pa) == sorted(pb) and all(np.array_equal(pa[k], pb[k]) for k in pa)
+    ya, yb = (e(x).asnumpy() for e in encs)
+    assert ya.shape == yb.shape and np.abs(yb).max() > 0.1
+    assert np.abs(ya - yb).max() <= 1e-5 * np.abs(yb).max()
+
+    class Loss(ms.nn.Cell):
+        def __init__(self, e):
+            super().__init__()
+            self.e = e
+
+        def construct(self, x):
+            return (self.e(x) ** 2).sum()
+
+    grads = [ops.value_and_grad(Loss(e), None, e.trainable_params())(x)[1] for e in encs]
+    names = [p.name for p in encs[0].trainable_params()]
+    assert names == [p.name for p in encs[1].trainable_params()]
+    for name, ga, gb in zip(names, *grads):
+        ga, gb = ga.asnumpy(), gb.asnumpy()
+        assert np.abs(gb).max() > 0 and np.abs(ga - gb).max() <= 1e-4 * np.abs(gb).max(), name
+
+
+def test_matmul_convs_export_to_onnx_with_a_dynamic_batch(tmp_path):
+    """NatureCNN's windows and a crop (90 x 87 leaves rows unused) through MindSpore's ONNX exporter:
+    the batch stays dynamic (export/onnx.py's check: ONNX Runtime within 1e-5 of the cell at batch
+    1, 7 and 256) and ONNX Runtime's 512 features at batch 64 match the cell's. ops.slice with a -1
+    batch failed this check (its ONNX Slice dropped the last row: 0 rows at batch 1)."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    import os
+    import sys
+
+    from mindspore import nn
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from export.onnx import write_onnx
+    enc, spec, _ = _encoder((90, 87, 3), cnn="nature", grayscale=True)
+
+    class Features(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.e = enc
+
+        def construct(self, x):
+            return self.e(x)
+
+    cell = Features()
+    path = str(tmp_path / "features.onnx")
+    info = write_onnx(cell, spec.obs_dim, 8, path, dynamic=True, dtype="uint8")
+    assert info["batch"] == "dynamic", info
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert "Gather" in {n.op_type for n in onnx.load(path).graph.node}
+    x = np.random.default_rng(5).integers(0, 256, (64, spec.obs_dim)).astype(np.uint8)
+    got = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    want = cell(Tensor(x)).asnumpy()
+    assert got.shape == want.shape == (64, 512) and np.abs(want).max() > 0.1
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def test_frame_stack_oldest_first_zeros_after_reset():
     from msrl_consistent.deploy import FrameStack
     st = FrameStack(3, 2)
