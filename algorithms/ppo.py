@@ -102,7 +102,7 @@ class ActorCriticAgent(Agent):
     def __init__(self, cfg, spec, rng: np.random.Generator):
         super().__init__(cfg, spec)
         pc = cfg.policy
-        encoder, obs_dim = obs_encoder(spec, rng, pc)  # one-hot / Dict keys / image CNN, inside the cell
+        encoder, obs_dim = obs_encoder(spec, rng, pc, cfg.device)  # one-hot / Dict keys / image CNN, inside the cell
         out = spec.logits_dim
         self.use_sde = bool(getattr(cfg.algo, "use_sde", False))
         if self.use_sde and spec.discrete:

@@ -91,8 +91,8 @@ class PolicyConfig:
     """Image observations: RGB -> gray inside the policy cell (luma weights 0.299, 0.587, 0.114)."""
     resize: Optional[List[int]] = None
     """Image observations: [height, width] to area-resize to inside the policy cell (None: keep the size)."""
-    conv_impl: Literal["matmul", "conv2d"] = "matmul"
-    """Image observations: convs as Gather/Concat/MatMul (fast on the CPU backend) or nn.Conv2d (Conv2D exported); same params."""
+    conv_impl: Literal["auto", "matmul", "conv2d"] = "auto"
+    """Image convs: matmul (Gather/Concat/MatMul, fast on the CPU backend), conv2d (nn.Conv2d, for Ascend), auto (by `device`)."""
 
     checks: ClassVar[Dict[str, Check]] = {"net_arch": SIZES_OR_EMPTY, "critic_arch": SIZES_OR_EMPTY,
                                           "resize": RESIZE}

@@ -406,14 +406,22 @@ class ImageEncoder(nn.Cell):
         return self.fc(x.reshape((-1, self.n_flat)))  # -1, not x.shape[0]: a dynamic batch in ONNX
 
 
-def obs_encoder(spec, rng=None, policy_cfg=None):
+def conv_impl_for(conv_impl: str, device: str) -> str:
+    """policy.conv_impl resolved: 'auto' is 'matmul' on the CPU device (MindSpore's CPU Conv2D is
+    12-60x slower) and 'conv2d' on Ascend and GPU (a real Conv2D node, what their units run)."""
+    if conv_impl == "auto":
+        return "matmul" if device == "CPU" else "conv2d"
+    return conv_impl
+
+
+def obs_encoder(spec, rng=None, policy_cfg=None, device: str = "CPU"):
     """(encoder cell or None, features width) for the observation space: None for a Box (the
     network sees the normalized row as before), OneHot for a Discrete observation, DictEncoder
     for a Dict (each key's encoder, concatenated in the sorted key order of SpaceSpec.obs_parts),
     ImageEncoder (preprocessing + CNN, weights from ``rng``) for an image."""
     if spec.obs_kind == "Image":
         pc = policy_cfg
-        enc = ImageEncoder(rng, spec, pc.cnn, pc.grayscale, pc.resize, pc.ortho_init, pc.conv_impl)
+        enc = ImageEncoder(rng, spec, pc.cnn, pc.grayscale, pc.resize, pc.ortho_init, conv_impl_for(pc.conv_impl, device))
         return enc, enc.out_dim
     if spec.obs_kind == "Discrete":
         return OneHot(spec.obs_n), spec.obs_n

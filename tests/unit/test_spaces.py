@@ -367,3 +367,13 @@ def test_breakout_config_gives_stacked_raw_frames(configs_dir):
     assert (spec.obs_kind, spec.image_layout, spec.image_hwc, spec.frame_stack) == ("Image", "HWC", (210, 160, 3), 4)
     assert spec.obs_dim == 4 * 210 * 160 * 3 and spec.input_dtype == "uint8"
     assert (cfg.policy.cnn, cfg.policy.grayscale, cfg.policy.resize, cfg.policy.net_arch) == ("nature", True, [84, 84], [])
+
+
+def test_conv_impl_auto_follows_the_device():
+    from msrl_consistent.config import PolicyConfig
+    from msrl_consistent.networks import conv_impl_for
+
+    assert PolicyConfig().conv_impl == "auto"
+    assert conv_impl_for("auto", "CPU") == "matmul"  # MindSpore's CPU Conv2D is the slow path
+    assert conv_impl_for("auto", "Ascend") == "conv2d" and conv_impl_for("auto", "GPU") == "conv2d"
+    assert conv_impl_for("conv2d", "CPU") == "conv2d" and conv_impl_for("matmul", "Ascend") == "matmul"
