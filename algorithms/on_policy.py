@@ -3,6 +3,7 @@ RolloutBuffer, bootstrap truncated episodes and the last step with the value cel
 GAE, then run the algorithm's ``train`` on the rollout."""
 from __future__ import annotations
 
+import functools
 import time
 from typing import Dict, Optional
 
@@ -12,7 +13,7 @@ from mindspore import Tensor, nn, ops
 
 from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.deploy import FrameStack
-from msrl_consistent.distributions import multi_noise
+from msrl_consistent.distributions import gumbel_noise, multi_distribution
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.normalization import RewardNormalizer
@@ -57,14 +58,19 @@ class OnPolicyAlgorithm(Algorithm):
     rollout_cell: nn.Cell
     value_cell: nn.Cell
 
+    @functools.cached_property
+    def multi_dist(self):
+        """The MultiDiscrete / MultiBinary distribution of the action space (None for the others),
+        built once: its ``noise`` is drawn on every vector step."""
+        return multi_distribution(self.spec)
+
     def sample_noise(self, n: int) -> np.ndarray:
         """Host-side noise for the rollout graph: Gumbel (discrete), standard normal, or the
-        per-dimension noise of MultiDiscrete / MultiBinary (distributions.multi_noise)."""
-        if self.spec.act_kind in ("MultiDiscrete", "MultiBinary"):
-            return multi_noise(self.spec, self.rng, n)
+        per-dimension noise of MultiDiscrete / MultiBinary."""
+        if self.multi_dist is not None:
+            return self.multi_dist.noise(self.rng, n)
         if self.spec.discrete:
-            u = self.rng.random((n, self.spec.n_actions))
-            return (-np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))).astype(np.float32)
+            return gumbel_noise(self.rng, (n, self.spec.n_actions))
         return self.rng.standard_normal((n, self.spec.n_actions)).astype(np.float32)
 
     def step_noise(self, t: int, n: int) -> np.ndarray:

@@ -148,17 +148,16 @@ class PPORollout(nn.Cell):
 
     def construct(self, obs, noise):
         x = self.agent.normalizer(obs)
+        value = self.agent.critic(x).squeeze(-1)
         if self.use_sde:
             latent = self.agent.actor.first(x)
             mean = self.agent.actor.second(latent)
-            value = self.agent.critic(x).squeeze(-1)
             log_std = self.agent.log_std
             latent = ops.stop_gradient(latent)
             action = mean + sde_noise(latent, log_std, noise)
             log_prob = normal_log_prob(mean, sde_std(latent, log_std), action)
             return ops.clip_by_value(action, self.low, self.high), action, log_prob, value
         out = self.agent.actor(x)
-        value = self.agent.critic(x).squeeze(-1)
         if self.is_multi:
             action = self.multi.sample(out, noise)
             return action, action, self.multi.log_prob(out, action), value
@@ -201,28 +200,24 @@ class PPOLoss(nn.Cell):
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
         x = self.agent.normalizer(obs)
+        values = self.agent.critic(x).squeeze(-1)
         if self.use_sde:  # SB3's StateDependentNoiseDistribution: the latent features are detached
             latent = self.agent.actor.first(x)
             mean = self.agent.actor.second(latent)
-            values = self.agent.critic(x).squeeze(-1)
             std = sde_std(ops.stop_gradient(latent), self.agent.log_std)
             log_prob = normal_log_prob(mean, std, actions)
             entropy = normal_entropy(std).mean()
-        elif self.is_multi:
-            out = self.agent.actor(x)
-            values = self.agent.critic(x).squeeze(-1)
-            log_prob = self.multi.log_prob(out, actions)
-            entropy = self.multi.entropy(out).mean()
-        elif self.discrete:
-            out = self.agent.actor(x)
-            values = self.agent.critic(x).squeeze(-1)
-            log_prob = categorical_log_prob(out, actions, self.n_actions)
-            entropy = categorical_entropy(out).mean()
         else:
             out = self.agent.actor(x)
-            values = self.agent.critic(x).squeeze(-1)
-            log_prob = gaussian_log_prob(out, self.agent.log_std, actions)
-            entropy = gaussian_entropy(self.agent.log_std)
+            if self.is_multi:
+                log_prob = self.multi.log_prob(out, actions)
+                entropy = self.multi.entropy(out).mean()
+            elif self.discrete:
+                log_prob = categorical_log_prob(out, actions, self.n_actions)
+                entropy = categorical_entropy(out).mean()
+            else:
+                log_prob = gaussian_log_prob(out, self.agent.log_std, actions)
+                entropy = gaussian_entropy(self.agent.log_std)
         if self.normalize_advantage and advantages.shape[0] > 1:  # SB3 skips it for a 1-sample minibatch
             n = advantages.shape[0]
             centered = advantages - advantages.mean()

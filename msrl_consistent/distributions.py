@@ -183,11 +183,6 @@ class Bernoulli(nn.Cell):
         return (ops.softplus(logits) - ops.sigmoid(logits) * logits).sum(-1)
 
 
-def multi_noise(spec, rng, n: int):
-    """The host noise of a MultiDiscrete / MultiBinary rollout step (n rows)."""
-    return multi_distribution(spec).noise(rng, n)
-
-
 def multi_distribution(spec):
     """The distribution Cell of a MultiDiscrete / MultiBinary action space; None for the others."""
     if spec.act_kind == "MultiDiscrete":

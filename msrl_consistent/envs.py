@@ -15,6 +15,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .config import ConfigError, EnvConfig
+from .deploy import column_n
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,9 @@ class SpaceSpec:
 
     @property
     def column_n(self) -> np.ndarray:
-        """Per column of the observation row: n of the Discrete space it holds the index of, 0 for Box."""
-        if self.obs_kind == "Discrete":
-            return np.array([self.obs_n], np.int64)
-        if self.obs_kind == "Dict":
-            return np.concatenate([np.full(int(np.prod(shape)), n if kind == "Discrete" else 0, np.int64)
-                                   for _, kind, n, shape in self.obs_parts])
-        return np.zeros(self.obs_dim, np.int64)
+        """Per column of the observation row: n of the Discrete space it holds the index of, 0 for Box
+        (deploy.column_n, the runtime's own)."""
+        return column_n(self.obs_n if self.obs_kind == "Discrete" else 0, self.obs_parts, self.obs_dim)
 
     @property
     def action_shape(self) -> Tuple[int, ...]:

@@ -379,7 +379,7 @@ class ImageEncoder(nn.Cell):
         self.convs = nn.SequentialCell(convs)
         self.conv_impl = conv_impl
         self.nhwc_out = conv_impl == "matmul"
-        n_flat = ch * cnn_out_size(oh, layers) * cnn_out_size(ow, layers)
+        n_flat = ch * hw[0] * hw[1]  # the last conv's output size
         self.n_flat = n_flat
         self.fc = nn.SequentialCell([dense(rng, n_flat, feat, float(np.sqrt(2.0)), ortho), nn.ReLU()])
         self.out_dim = feat
