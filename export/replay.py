@@ -2,9 +2,14 @@
 
 The reference is the training cell of the export's source run (``train``) or another backend
 (``mindspore``, ``onnxruntime``), run at the recorded batch shape (the trace keeps the size of
-every call). The report gives the first step whose action differs (bitwise) and the first one
-beyond the tolerance, the error distribution, and, where the trace recorded episodes (eval
-with --record), the return impact: the reference rolled out on the same episode seeds.
+every call) on the recorded model-input rows (packed Dict rows, Discrete indices, uint8 pixels,
+the k stacked frames). The report gives the first step whose action differs (bitwise) and the
+first one beyond the tolerance, the error distribution (MultiDiscrete / MultiBinary: a step
+differs when any dimension does, and the agreement of each dimension), and, where the trace
+recorded episodes (eval with --record), the return impact: the reference rolled out on the same
+episode seeds, stacking frames as the recording policy did.
+A trace whose arrays do not fit the export (shapes, dtypes, call sizes, observations outside the
+space) is a usage error naming the file, the array and the value.
 Exit codes as verify: 0 within tolerance, 1 drift beyond it, 2 integrity or usage error.
 """
 from __future__ import annotations
@@ -26,13 +31,55 @@ from msrl_consistent.runtime import default_atol, load_policy
 AGAINST = ("train", "mindspore", "onnxruntime")
 
 
-def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray) -> np.ndarray:
+def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray, trace_path: str = "trace") -> np.ndarray:
     outs, start = [], 0
     for n in call_sizes:
         n = int(n)
-        outs.append(reference.run_batched(reference.validate(obs[start:start + n])))
+        try:
+            x = reference.validate(obs[start:start + n])
+        except ValueError as exc:  # a row the export's observation space does not hold
+            rows = f"row {start}" if n == 1 else f"rows {start}..{start + n - 1} (one recorded call)"
+            raise ConfigError(f"{trace_path}: 'obs' {rows}: {exc}") from None
+        outs.append(reference.run_batched(x))
         start += n
     return np.concatenate(outs) if outs else np.zeros((0,))
+
+
+def _action_space_text(reference) -> str:
+    spec = reference.spec
+    if spec.act_kind == "MultiDiscrete":
+        return f"MultiDiscrete({[int(v) for v in spec.nvec]})"
+    return f"{spec.act_kind}({spec.n_actions})"
+
+
+def check_trace(trace: dict, reference, trace_path: str) -> None:
+    """The trace's arrays fit the export (shapes, dtypes, call sizes); ConfigError (exit 2) naming
+    the file, the array and the value otherwise. Action *values* are not judged here: an action
+    outside the space is what a broken backend records, and replay reports it as a difference."""
+    obs, act, calls = trace["obs"], trace.get("actions"), trace.get("call_sizes")
+    meta = trace["meta"]
+    image = reference.spec.obs_kind == "Image"
+    want = "uint8 pixel rows" if image else "float32 rows"
+    if obs.ndim != 2 or obs.shape[1] != reference.obs_dim:
+        raise ConfigError(f"{trace_path}: 'obs' has shape {obs.shape}, but the export's model input is "
+                          f"(steps, {reference.obs_dim}) ({want})")
+    if not (np.issubdtype(obs.dtype, np.floating) or (image and obs.dtype == np.uint8)):
+        raise ConfigError(f"{trace_path}: 'obs' has dtype {obs.dtype}, expected {want}")
+    if len(obs) == 0:
+        raise ConfigError(f"{trace_path}: no recorded observations ({meta.get('dropped', 0)} dropped past the record "
+                          f"limit {meta.get('limit')}); nothing to replay")
+    if calls is None or calls.ndim != 1 or not np.issubdtype(calls.dtype, np.integer) or (calls < 1).any() \
+            or int(calls.sum()) != len(obs):
+        raise ConfigError(f"{trace_path}: 'call_sizes' is {None if calls is None else calls[:8].tolist()}, expected "
+                          f"positive call sizes summing to the {len(obs)} recorded observations")
+    spec = reference.spec
+    shape = (len(obs),) if spec.act_kind == "Discrete" else (len(obs), spec.n_actions)
+    if act is None or act.shape != shape:
+        raise ConfigError(f"{trace_path}: 'actions' has shape {None if act is None else act.shape}, but the export's "
+                          f"{_action_space_text(reference)} action space gives {shape}")
+    if spec.discrete != np.issubdtype(act.dtype, np.integer):
+        raise ConfigError(f"{trace_path}: 'actions' has dtype {act.dtype}, expected "
+                          f"{'integers' if spec.discrete else 'float32'} ({_action_space_text(reference)} actions)")
 
 
 def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optional[float] = None,
@@ -47,8 +94,9 @@ def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optio
     if meta.get("manifest_sha256") != msha:
         raise IntegrityError(f"{trace_path} was recorded from another artifact (manifest sha256 "
                              f"{meta.get('manifest_sha256')!r}, {export_dir}/manifest.json is {msha})")
+    check_trace(trace, reference, trace_path)
     obs, rec = trace["obs"], trace["actions"]
-    ref = recompute(reference, obs, trace["call_sizes"])
+    ref = recompute(reference, obs, trace["call_sizes"], trace_path)
     precision = manifest.export.precision
     atol = default_atol(meta["backend"], precision, against) if atol is None else float(atol)
     discrete = reference.spec.discrete
@@ -57,8 +105,13 @@ def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optio
               "steps": int(len(obs)), "dropped": int(meta.get("dropped", 0))}
     if discrete:
         # per step: a MultiDiscrete / MultiBinary action differs when any dimension does
-        err = (rec.astype(np.int64) != ref.astype(np.int64)).reshape(len(obs), -1).any(axis=1).astype(np.float64)
-        report["agreement"] = float(1.0 - err.mean()) if len(err) else 1.0
+        differs = (rec.astype(np.int64) != ref.astype(np.int64)).reshape(len(obs), -1)
+        err = differs.any(axis=1).astype(np.float64)
+        report["agreement"] = float(1.0 - err.mean())
+        if reference.spec.nvec:  # MultiDiscrete / MultiBinary: where the steps differ, dimension by dimension
+            report["agreement_per_dimension"] = [float(1.0 - d.mean()) for d in differs.T]
+            first = np.nonzero(err)[0]
+            report["first_difference_dimensions"] = np.nonzero(differs[first[0]])[0].tolist() if first.size else []
     else:
         err = np.abs(rec.astype(np.float64) - ref.astype(np.float64)).reshape(len(obs), -1).max(axis=1)
         if len(err):
@@ -120,6 +173,10 @@ def render_markdown(r: dict) -> str:
              f"- first step beyond atol: {r['first_divergence_step']} ({r['steps_beyond_atol']} steps beyond)"]
     if "agreement" in r:
         lines.append(f"- discrete agreement: {r['agreement']:.6f}")
+    if "agreement_per_dimension" in r:
+        dims = ", ".join(f"{i}: {a:.6f}" for i, a in enumerate(r["agreement_per_dimension"]))
+        lines.append(f"- agreement per action dimension: {dims}; dimensions differing at the first differing step: "
+                     f"{r['first_difference_dimensions']}")
     if "error" in r:
         e = r["error"]
         lines.append(f"- action error: max {e['max']:.3g}, mean {e['mean']:.3g}, p50 {e['p50']:.3g}, "

@@ -40,7 +40,11 @@ def precision_sweep(run_dir: str, checkpoint: str, golden_obs: np.ndarray, golde
         acts = pol.act_at_batch(golden_obs, golden_batch)
         row = dict(mode)
         if pol.spec.discrete:
-            row["golden_agreement"] = float((acts == golden_actions).mean())
+            # per observation, as verify: a MultiDiscrete / MultiBinary action agrees when every dimension does
+            same = (acts.astype(np.int64) == golden_actions.astype(np.int64)).reshape(len(golden_actions), -1)
+            row["golden_agreement"] = float(same.all(axis=1).mean())
+            if pol.spec.nvec:
+                row["golden_agreement_per_dimension"] = [float(d.mean()) for d in same.T]
         else:
             err = np.abs(acts.astype(np.float64) - golden_actions.astype(np.float64))
             row["golden_max_abs_error"] = float(err.max())
@@ -63,9 +67,15 @@ def sweep_markdown(sweep: dict) -> str:
              f"seeded episodes (seed {sweep['seed']}) with its delta to fp32. Emulated on the MindSpore CPU backend.", "",
              f"| emulation | ATC precision_mode | Lite precision_mode | {col} | mean return | return delta |",
              "| --- | --- | --- | --- | --- | --- |"]
+    per_dim = "golden_agreement_per_dimension" in sweep["rows"][0]
+    if per_dim:
+        lines[2] += (" A MultiDiscrete / MultiBinary action agrees when every dimension does; the agreement of "
+                     "each dimension follows in brackets.")
     for r in sweep["rows"]:
         err = (f"{r['golden_agreement']:.4f}" if discrete
                else f"{r['golden_max_abs_error']:.3g} ({r['golden_mean_abs_error']:.3g})")
+        if per_dim:
+            err += " [" + ", ".join(f"{a:.4f}" for a in r["golden_agreement_per_dimension"]) + "]"
         mr = "-" if r["mean_return"] is None else f"{r['mean_return']:.2f}"
         dl = "-" if r["return_delta"] is None else f"{r['return_delta']:+.2f}"
         lines.append(f"| {r['emulation']} | {r['atc']} | {r['lite']} | {err} | {mr} | {dl} |")

@@ -1,7 +1,9 @@
 """Traces of what a deployed policy saw and did, for `msrl replay`.
 
-A trace (``.npz``, no pickled objects) holds every observation given to ``act`` and every
-action returned, the batch size of each call (so replay runs at the recorded batch shape),
+A trace (``.npz``, no pickled objects) holds every observation given to ``act`` as the model's
+input row (a Dict packed in sorted key order, a Discrete index as one value, image pixels kept
+uint8, with frame stacking the k stacked frames), every action returned ((n,) or, per dimension
+and for Box, (n, dims)), the batch size of each call (so replay runs at the recorded batch shape),
 optionally the rewards and episode boundaries of the rollout, and the sha256 of the
 artifact's manifest.json, so a trace is always tied to the artifact that produced it.
 
@@ -25,7 +27,7 @@ TRACE_FORMAT = "msrl-trace-1"
 
 class TraceRecorder:
     def __init__(self, path: str, manifest_sha256: str, backend: str, obs_dim: int, discrete: bool,
-                 limit: int = 100_000):
+                 limit: int = 100_000, obs_dtype: str = "float32"):
         if limit < 1:
             raise ValueError(f"trace limit must be >= 1, got {limit}")
         self.path = path
@@ -33,6 +35,7 @@ class TraceRecorder:
                      "limit": int(limit)}
         self.limit = int(limit)
         self.obs_dim = obs_dim
+        self.obs_dtype = np.dtype(obs_dtype)
         self.discrete = discrete
         self._obs: List[np.ndarray] = []
         self._act: List[np.ndarray] = []
@@ -52,7 +55,8 @@ class TraceRecorder:
         if self.stored + n > self.limit:
             self.dropped += n
             return
-        self._obs.append(np.array(obs, np.float32, copy=True))
+        # uint8 image rows stay uint8 (a float32 copy is 4x the size and not what the model saw)
+        self._obs.append(np.array(obs, np.uint8 if np.asarray(obs).dtype == np.uint8 else np.float32, copy=True))
         # continuous and per-dimension discrete actions (MultiDiscrete / MultiBinary): (n, dims)
         self._act.append(np.array(actions, copy=True).reshape(n, -1) if not self.discrete or np.ndim(actions) == 2
                          else np.array(actions, copy=True).reshape(n))
@@ -69,7 +73,7 @@ class TraceRecorder:
         self.episodes.append({"seed": int(seed), "return": float(ret), "length": int(length)})
 
     def arrays(self) -> dict:
-        obs = np.concatenate(self._obs) if self._obs else np.zeros((0, self.obs_dim), np.float32)
+        obs = np.concatenate(self._obs) if self._obs else np.zeros((0, self.obs_dim), self.obs_dtype)
         if self._act:
             act = np.concatenate(self._act)
         else:

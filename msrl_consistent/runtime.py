@@ -71,7 +71,8 @@ class Policy(deploy.Policy):
         """Record every observation and action of later ``act`` calls into the trace ``path``
         (with the guard's counters, when guarded)."""
         from .recording import TraceRecorder
-        self.recorder = TraceRecorder(path, source_sha256, self.backend, self.obs_dim, self.spec.discrete, limit)
+        self.recorder = TraceRecorder(path, source_sha256, self.backend, self.obs_dim, self.spec.discrete, limit,
+                                      obs_dtype=self.spec.input_dtype)
         self.recorder.extra_meta = lambda: {"guard": self.guard_stats()} if self.guard is not None else {}
         return self.recorder
 
