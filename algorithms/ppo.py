@@ -123,6 +123,10 @@ class ActorCriticAgent(Agent):
                 self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
             self.critic = MLP(rng, obs_dim, pc.critic_arch or pc.net_arch, pc.activation, 1, 1.0, pc.ortho_init)
         self.actor, self.critic = with_encoder(encoder, self.actor), with_encoder(encoder, self.critic)
+        # actor = Chain(encoder, net), critic = Chain(encoder, net): the rollout and the loss run the
+        # (shared) encoder once for both heads (SB3's share_features_extractor); the exported
+        # policy is the actor Chain
+        self.encoded = encoder is not None
         if not spec.discrete:
             shape = (latent_dim, out) if self.use_sde else (out,)
             self.log_std = Parameter(Tensor(np.full(shape, pc.log_std_init, np.float32)), name="log_std")
@@ -139,6 +143,7 @@ class PPORollout(nn.Cell):
         self.agent = agent
         self.discrete = agent.spec.discrete
         self.use_sde = agent.use_sde
+        self.encoded = agent.encoded
         self.n_actions = agent.spec.n_actions
         self.multi = multi_distribution(agent.spec)  # MultiDiscrete / MultiBinary (None: Discrete, Box)
         self.is_multi = self.multi is not None
@@ -148,16 +153,21 @@ class PPORollout(nn.Cell):
 
     def construct(self, obs, noise):
         x = self.agent.normalizer(obs)
-        value = self.agent.critic(x).squeeze(-1)
-        if self.use_sde:
-            latent = self.agent.actor.first(x)
-            mean = self.agent.actor.second(latent)
-            log_std = self.agent.log_std
-            latent = ops.stop_gradient(latent)
-            action = mean + sde_noise(latent, log_std, noise)
-            log_prob = normal_log_prob(mean, sde_std(latent, log_std), action)
-            return ops.clip_by_value(action, self.low, self.high), action, log_prob, value
-        out = self.agent.actor(x)
+        if self.encoded:  # one pass of the shared observation encoder feeds both heads
+            x = self.agent.actor.first(x)
+            value = self.agent.critic.second(x).squeeze(-1)
+            out = self.agent.actor.second(x)
+        else:
+            value = self.agent.critic(x).squeeze(-1)
+            if self.use_sde:
+                latent = self.agent.actor.first(x)
+                mean = self.agent.actor.second(latent)
+                log_std = self.agent.log_std
+                latent = ops.stop_gradient(latent)
+                action = mean + sde_noise(latent, log_std, noise)
+                log_prob = normal_log_prob(mean, sde_std(latent, log_std), action)
+                return ops.clip_by_value(action, self.low, self.high), action, log_prob, value
+            out = self.agent.actor(x)
         if self.is_multi:
             action = self.multi.sample(out, noise)
             return action, action, self.multi.log_prob(out, action), value
@@ -190,6 +200,7 @@ class PPOLoss(nn.Cell):
         self.agent = agent
         self.discrete = agent.spec.discrete
         self.use_sde = agent.use_sde
+        self.encoded = agent.encoded
         self.n_actions = agent.spec.n_actions
         self.multi = multi_distribution(agent.spec)
         self.is_multi = self.multi is not None
@@ -200,7 +211,11 @@ class PPOLoss(nn.Cell):
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
         x = self.agent.normalizer(obs)
-        values = self.agent.critic(x).squeeze(-1)
+        if self.encoded:  # one pass of the shared observation encoder (and one backward) for both heads
+            x = self.agent.actor.first(x)
+            values = self.agent.critic.second(x).squeeze(-1)
+        else:
+            values = self.agent.critic(x).squeeze(-1)
         if self.use_sde:  # SB3's StateDependentNoiseDistribution: the latent features are detached
             latent = self.agent.actor.first(x)
             mean = self.agent.actor.second(latent)
@@ -208,7 +223,7 @@ class PPOLoss(nn.Cell):
             log_prob = normal_log_prob(mean, std, actions)
             entropy = normal_entropy(std).mean()
         else:
-            out = self.agent.actor(x)
+            out = self.agent.actor.second(x) if self.encoded else self.agent.actor(x)
             if self.is_multi:
                 log_prob = self.multi.log_prob(out, actions)
                 entropy = self.multi.entropy(out).mean()
