@@ -11,6 +11,7 @@ AVX-512 machine, hundreds of ms per layer, see docs/benchmarks.md); 'matmul' is
 networks.MatMulConv2d (Slice / Transpose / Concat / MatMul, the same parameters).
 
     python benchmarks/cnn_step_cost.py [--batches 32 256] [--impls matmul conv2d] [--no-torch]
+    python benchmarks/cnn_step_cost.py --impls matmul --no-torch --against-rev 9676cb6   # A/B, one process
     ONEDNN_MAX_CPU_ISA=AVX2 python benchmarks/cnn_step_cost.py --impls conv2d   # oneDNN's gemm conv
 """
 import argparse
@@ -39,6 +40,9 @@ def main() -> None:
     ap.add_argument("--impls", nargs="+", default=["matmul", "conv2d"], choices=["matmul", "conv2d"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--against-rev", metavar="REV",
+                    help="also time the ImageEncoder of git revision REV (its msrl_consistent/networks.py, "
+                         "imported beside the current one), interleaved with the current one, same inputs")
     args = ap.parse_args()
 
     import mindspore as ms
@@ -69,6 +73,8 @@ def main() -> None:
             return self.e.preprocess(x)
 
     out = {"ONEDNN_MAX_CPU_ISA": os.environ.get("ONEDNN_MAX_CPU_ISA"), "repeats": args.repeats}
+    if args.against_rev:
+        return ab(args, spec, ImageEncoder, Loss, Preprocess, out)
     for impl in args.impls:
         enc = ImageEncoder(np.random.default_rng(0), spec, "nature", True, [84, 84], True, impl)
         grad = ops.value_and_grad(Loss(enc), None, enc.trainable_params())
@@ -91,6 +97,55 @@ def main() -> None:
                 xt = torch.as_tensor(np.random.default_rng(0).integers(0, 256, (b, 4, 84, 84)).astype(np.float32)) / 255
                 out[f"torch_{th}_threads_b{b}_forward_backward_s"] = _time(lambda n=net, v=xt: n(v).sum().backward(),
                                                                            args.repeats)
+    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}, indent=1))
+
+
+def networks_at(rev: str):
+    """msrl_consistent/networks.py as of git revision ``rev``, imported as a module of the package
+    (its relative imports resolve to the current package)."""
+    import importlib.util
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    src = subprocess.run(["git", "-C", root, "show", f"{rev}:msrl_consistent/networks.py"], check=True,
+                         capture_output=True, text=True).stdout
+    name = f"msrl_consistent._networks_{rev}"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    mod.__package__ = "msrl_consistent"
+    sys.modules[name] = mod
+    exec(compile(src, f"{rev}:msrl_consistent/networks.py", "exec"), mod.__dict__)
+    return mod
+
+
+def ab(args, spec, ImageEncoder, Loss, Preprocess, out):
+    """The current ImageEncoder against the one of --against-rev: round-robin over the two, the
+    same inputs, median per measurement; plus their largest difference in preprocessing and features."""
+    import mindspore as ms  # noqa: F401  (configured by main)
+    from mindspore import Tensor, ops
+    old = networks_at(args.against_rev).ImageEncoder
+    impl = args.impls[0]
+    sides = {}
+    for label, cls in (("current", ImageEncoder), (args.against_rev, old)):
+        enc = cls(np.random.default_rng(0), spec, "nature", True, [84, 84], True, impl)
+        sides[label] = (Preprocess(enc), enc, ops.value_and_grad(Loss(enc), None, enc.trainable_params()))
+    for b in args.batches:
+        x = Tensor(np.random.default_rng(0).integers(0, 256, (b, spec.obs_dim)).astype(np.uint8))
+        res = {}
+        for pre, enc, grad in sides.values():
+            pre(x).asnumpy(), enc(x).asnumpy(), grad(x)[1][0].asnumpy()  # compile
+        (pa, ea, _), (pb, eb, _) = sides.values()
+        out[f"b{b}_preprocess_max_abs_diff"] = float(np.abs(pa(x).asnumpy() - pb(x).asnumpy()).max())
+        out[f"b{b}_features_max_abs_diff"] = float(np.abs(ea(x).asnumpy() - eb(x).asnumpy()).max())
+        for _ in range(args.repeats):
+            for label, (pre, enc, grad) in sides.items():
+                for what, fn in (("preprocess", lambda p=pre, v=x: p(v).asnumpy()),
+                                 ("forward", lambda e=enc, v=x: e(v).asnumpy()),
+                                 ("forward_backward", lambda g=grad, v=x: g(v)[1][0].asnumpy())):
+                    t0 = time.perf_counter()
+                    fn()
+                    res.setdefault(f"{impl}_b{b}_{what}_s_{label}", []).append(time.perf_counter() - t0)
+        out.update({k: statistics.median(v) for k, v in res.items()})
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}, indent=1))
 
 
