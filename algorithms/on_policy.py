@@ -32,19 +32,25 @@ class PackedRollout(nn.Cell):
         self.cell = cell
 
     def construct(self, obs, noise):
-        env_a, a, logp, v = self.cell(obs, noise)
+        outs = self.cell(obs, noise)
+        env_a, a, logp, v = outs[0], outs[1], outs[2], outs[3]
         n = obs.shape[0]
-        return ops.concat([env_a.astype(ms.float32).reshape((n, -1)), a.astype(ms.float32).reshape((n, -1)),
-                           logp.reshape((n, 1)), v.reshape((n, 1))], 1)
+        parts = [env_a.astype(ms.float32).reshape((n, -1)), a.astype(ms.float32).reshape((n, -1)),
+                 logp.reshape((n, 1)), v.reshape((n, 1))]
+        if len(outs) == 5:  # the rows the buffer stores instead of the observations (PPO: preprocessed frames)
+            parts.append(outs[4])
+        return ops.concat(parts, 1)
 
 
 def unpack_rollout(out: np.ndarray, act_shape: tuple, discrete: bool):
-    """PackedRollout's matrix -> (env action, action, log_prob, value) in the rollout cell's dtypes."""
+    """PackedRollout's matrix -> (env action, action, log_prob, value, stored rows or None) in the
+    rollout cell's dtypes."""
     n, width = out.shape[0], int(np.prod(act_shape, dtype=np.int64))
     env_a, a = out[:, :width].reshape((n,) + act_shape), out[:, width:2 * width].reshape((n,) + act_shape)
     if discrete:
         env_a = a = a.astype(np.int32)
-    return env_a, a, out[:, 2 * width], out[:, 2 * width + 1]
+    rows = out[:, 2 * width + 2:] if out.shape[1] > 2 * width + 2 else None
+    return env_a, a, out[:, 2 * width], out[:, 2 * width + 1], rows
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -105,8 +111,9 @@ class OnPolicyAlgorithm(Algorithm):
         venv = make_vec_env(cfg.env)
         n_envs = venv.num_envs
         act_shape = self.spec.action_shape
-        buf = RolloutBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete,
-                            np.dtype(self.spec.input_dtype))
+        stored = getattr(self, "rollout_features", 0)  # > 0: the buffer keeps the cell's rows, not the obs
+        buf = RolloutBuffer(self.n_steps, n_envs, stored or self.spec.obs_dim, act_shape, self.spec.discrete,
+                            np.dtype(np.float32 if stored else self.spec.input_dtype))
         # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed)
         stack = FrameStack(self.spec.frame_stack, self.spec.frame_dim) if self.spec.frame_stack > 1 else None
         steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
@@ -127,17 +134,17 @@ class OnPolicyAlgorithm(Algorithm):
                 for t in range(self.n_steps):
                     t0 = clock()
                     packed = self._rollout_fn(Tensor(obs), Tensor(self.step_noise(t, n_envs))).asnumpy()
-                    env_a, a, logp, v = unpack_rollout(packed, act_shape, self.spec.discrete)
+                    env_a, a, logp, v, rows = unpack_rollout(packed, act_shape, self.spec.discrete)
                     t1 = clock()
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
                     if stack is not None:
                         real_next = stack.peek(real_next)  # an ended episode's true final stack
                         next_obs = stack.push(next_obs, term | trunc)
                     t2 = clock()
-                    stored = rew
+                    r_stored = rew
                     if reward_norm is not None:
-                        stored, rollout_returns[t] = reward_norm.step(rew, term | trunc)
-                    buf.add(obs, a, logp, v, stored, term, trunc)
+                        r_stored, rollout_returns[t] = reward_norm.step(rew, term | trunc)
+                    buf.add(obs if rows is None else rows, a, logp, v, r_stored, term, trunc)
                     if np.any(trunc):
                         idx = np.nonzero(trunc & ~term)[0]
                         if idx.size:

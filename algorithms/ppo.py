@@ -127,6 +127,9 @@ class ActorCriticAgent(Agent):
         # (shared) encoder once for both heads (SB3's share_features_extractor); the exported
         # policy is the actor Chain
         self.encoded = encoder is not None
+        # an image's preprocessing runs once per frame row, in the rollout cell; the update phase
+        # trains from the preprocessed rows it stored (PreEncodedRollout, PPOLoss(features_in))
+        self.preencode = spec.obs_kind == "Image"
         if not spec.discrete:
             shape = (latent_dim, out) if self.use_sde else (out,)
             self.log_std = Parameter(Tensor(np.full(shape, pc.log_std_init, np.float32)), name="log_std")
@@ -138,12 +141,13 @@ class PPORollout(nn.Cell):
     noise: Gumbel (n, actions) for discrete actions, standard normal (n, actions) for the Gaussian,
     and with gSDE the standard normal exploration matrices (n, latent_dim, actions), one per env."""
 
-    def __init__(self, agent):
+    def __init__(self, agent, features_in: bool = False):
         super().__init__()
         self.agent = agent
         self.discrete = agent.spec.discrete
         self.use_sde = agent.use_sde
         self.encoded = agent.encoded
+        self.features_in = features_in  # obs are preprocessed image rows: the encoder's trunk only
         self.n_actions = agent.spec.n_actions
         self.multi = multi_distribution(agent.spec)  # MultiDiscrete / MultiBinary (None: Discrete, Box)
         self.is_multi = self.multi is not None
@@ -152,9 +156,13 @@ class PPORollout(nn.Cell):
             self.high = Tensor(agent.spec.act_high)
 
     def construct(self, obs, noise):
-        x = self.agent.normalizer(obs)
-        if self.encoded:  # one pass of the shared observation encoder feeds both heads
-            x = self.agent.actor.first(x)
+        if self.features_in:
+            x = self.agent.actor.first.trunk(obs)
+        else:
+            x = self.agent.normalizer(obs)
+        if self.features_in or self.encoded:  # one pass of the shared observation encoder feeds both heads
+            if not self.features_in:
+                x = self.agent.actor.first(x)
             value = self.agent.critic.second(x).squeeze(-1)
             out = self.agent.actor.second(x)
         else:
@@ -180,6 +188,24 @@ class PPORollout(nn.Cell):
         return ops.clip_by_value(action, self.low, self.high), action, gaussian_log_prob(out, log_std, action), value
 
 
+class PreEncodedRollout(nn.Cell):
+    """The rollout cell of an image policy: the raw frame rows are preprocessed once (the
+    encoder's ``preprocess``: the exported cell's own ops), the policy runs on them
+    (PPORollout(features_in): the encoder's trunk, then the heads), and the preprocessed rows are
+    a fifth output, flattened, which the rollout buffer stores for the update phase. The numbers
+    are the ones ``encoder(raw)`` gives (it is ``trunk(preprocess(raw))``)."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+        self.inner = PPORollout(agent, features_in=True)
+
+    def construct(self, obs, noise):
+        pre = self.agent.actor.first.preprocess(obs)
+        env_a, a, logp, v = self.inner(pre, noise)
+        return env_a, a, logp, v, pre.reshape((obs.shape[0], -1))
+
+
 class ValueCell(nn.Cell):
     def __init__(self, agent):
         super().__init__()
@@ -201,6 +227,7 @@ class PPOLoss(nn.Cell):
         self.discrete = agent.spec.discrete
         self.use_sde = agent.use_sde
         self.encoded = agent.encoded
+        self.features_in = agent.preencode  # obs are the rollout cell's preprocessed image rows
         self.n_actions = agent.spec.n_actions
         self.multi = multi_distribution(agent.spec)
         self.is_multi = self.multi is not None
@@ -210,9 +237,13 @@ class PPOLoss(nn.Cell):
         self.vf_coef = float(c.vf_coef)
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
-        x = self.agent.normalizer(obs)
-        if self.encoded:  # one pass of the shared observation encoder (and one backward) for both heads
-            x = self.agent.actor.first(x)
+        if self.features_in:  # an image policy trains from the preprocessed rows: the encoder's trunk
+            x = self.agent.actor.first.trunk(obs)
+        else:
+            x = self.agent.normalizer(obs)
+        if self.features_in or self.encoded:  # one pass of the shared encoder (and one backward) for both heads
+            if not self.features_in:
+                x = self.agent.actor.first(x)
             values = self.agent.critic.second(x).squeeze(-1)
         else:
             values = self.agent.critic(x).squeeze(-1)
@@ -223,7 +254,7 @@ class PPOLoss(nn.Cell):
             log_prob = normal_log_prob(mean, std, actions)
             entropy = normal_entropy(std).mean()
         else:
-            out = self.agent.actor.second(x) if self.encoded else self.agent.actor(x)
+            out = self.agent.actor.second(x) if self.features_in or self.encoded else self.agent.actor(x)
             if self.is_multi:
                 log_prob = self.multi.log_prob(out, actions)
                 entropy = self.multi.entropy(out).mean()
@@ -397,7 +428,9 @@ class PPO(OnPolicyAlgorithm):
                               f"n_steps * env.n_envs = {rollout}")
         if c.normalize_advantage and c.batch_size < 2:
             raise ConfigError("key 'algo.batch_size' must be >= 2 when algo.normalize_advantage is true")
-        self.rollout_cell = PPORollout(self.agent)
+        self.rollout_cell = PreEncodedRollout(self.agent) if self.agent.preencode else PPORollout(self.agent)
+        # width of the rows the buffer stores instead of the observations (the preprocessed frames)
+        self.rollout_features = self.agent.actor.first.preprocessed_dim if self.agent.preencode else 0
         self.value_cell = ValueCell(self.agent)
         self.optimizer = Adam(self.agent.trainable_params(), learning_rate=c.learning_rate, eps=c.adam_eps)
         self.optimizers = {"adam": self.optimizer}

@@ -109,12 +109,15 @@ def networks_at(rev: str):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     src = subprocess.run(["git", "-C", root, "show", f"{rev}:msrl_consistent/networks.py"], check=True,
                          capture_output=True, text=True).stdout
-    name = f"msrl_consistent._networks_{rev}"
-    spec = importlib.util.spec_from_loader(name, loader=None)
+    import tempfile
+    path = os.path.join(tempfile.mkdtemp(prefix="msrl-networks-"), "networks.py")
+    with open(path, "w") as f:
+        f.write(src)  # a file: MindSpore's graph parser reads the source of construct
+    name = f"msrl_consistent._networks_{rev}".replace("~", "_").replace("^", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    mod.__package__ = "msrl_consistent"
     sys.modules[name] = mod
-    exec(compile(src, f"{rev}:msrl_consistent/networks.py", "exec"), mod.__dict__)
+    spec.loader.exec_module(mod)
     return mod
 
 

@@ -66,8 +66,12 @@ class EnvConfig:
     """Override the environment's time limit (None keeps the registered one)."""
     frame_stack: int = 1
     """PPO: stack the k latest observations, oldest first, zeros after a reset (deploy.FrameStack, in the manifest)."""
+    max_and_skip: int = 1
+    """Image observations: send each action k times, sum the rewards, observe the pixel-wise max of the last two frames
+    (SB3's MaxAndSkipEnv; deploy.MaxAndSkip, in the manifest; ALE ids get frameskip=1). 1: off."""
 
-    checks: ClassVar[Dict[str, Check]] = {"n_envs": POSITIVE, "frame_stack": POSITIVE, "normalize_obs_clip": POSITIVE,
+    checks: ClassVar[Dict[str, Check]] = {"n_envs": POSITIVE, "frame_stack": POSITIVE, "max_and_skip": POSITIVE,
+                                          "normalize_obs_clip": POSITIVE,
                                           "normalize_reward_clip": POSITIVE, "max_episode_steps": POSITIVE}
 
 

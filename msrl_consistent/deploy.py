@@ -271,6 +271,15 @@ class Export:
                 raise ExportError(f"{MANIFEST}: field 'spaces.observation.frame_stack' is {_short(fs)}, expected "
                                   f"{{'kind': 'frame_stack', 'k': 2..64, 'order': 'oldest_first'}} on a Box or Image")
             self.frame_stack = fs["k"]
+        obs_d = manifest["spaces"].get("observation")
+        ms_ = obs_d.get("max_and_skip") if isinstance(obs_d, dict) else None
+        self.max_and_skip = 1
+        if ms_ is not None:
+            if (not isinstance(ms_, dict) or ms_.get("kind") != MaxAndSkip.KIND or ms_.get("pool") != MaxAndSkip.POOL
+                    or not _is_int(ms_.get("skip")) or not 2 <= ms_["skip"] <= 64 or obs_type != "Image"):
+                raise ExportError(f"{MANIFEST}: field 'spaces.observation.max_and_skip' is {_short(ms_)}, expected "
+                                  f"{{'kind': 'max_and_skip', 'skip': 2..64, 'pool': 'max_last_2'}} on an Image")
+            self.max_and_skip = ms_["skip"]
         self.image_layout = None
         if obs_type == "Image":
             self.image_layout = f.get("spaces.observation.layout", "str")
@@ -777,8 +786,10 @@ class Policy:
 
     def __init__(self, obs_dim: int, fixed_batch: Optional[int], discrete: bool, n_actions: int,
                  act_low=None, act_high=None, obs_n: int = 0, nvec=None, obs_parts=None, image=None,
-                 frame_stack: int = 1):
+                 frame_stack: int = 1, max_and_skip: int = 1):
         self._obs_dim = int(obs_dim)
+        # the action repeat + two-frame max the policy was trained behind (None: none), for the deploying loop
+        self.max_and_skip = MaxAndSkip(max_and_skip) if int(max_and_skip) > 1 else None
         # Image observations: {"shape": the env's frame shape, "layout": HWC | CHW}; uint8 model input
         self.image = dict(image) if image else None
         self.frame_stack = int(frame_stack)
@@ -1077,7 +1088,7 @@ class ExportPolicy(Policy):
         super().__init__(export.obs_dim, runner.fixed_batch, export.discrete, export.n_actions,
                          export.act_low, export.act_high, obs_n=export.obs_n, nvec=export.nvec,
                          obs_parts=export.obs_parts, frame_stack=export.frame_stack,
-                         image=None if export.image_layout is None else
+                         max_and_skip=export.max_and_skip, image=None if export.image_layout is None else
                          {"shape": export.frame_shape, "layout": export.image_layout})
         self.export = export
         self.runner = runner
@@ -1187,6 +1198,49 @@ class FrameStack:
 
     def spec(self) -> dict:
         return {"kind": self.KIND, "k": self.k, "order": self.ORDER}
+
+
+class MaxAndSkip:
+    """Action repeat with flicker removal, as Stable-Baselines3's MaxAndSkipEnv (Atari): every
+    agent action is sent ``skip`` times to an environment that renders every frame, the rewards
+    are summed, and the observation is the pixel-wise maximum of the last two frames of the
+    repeat (the one frame when the episode ended at the first step of the repeat; SB3 would then
+    max with a frame left over from an earlier repeat). It spans emulator frames, so it cannot be
+    in the policy cell: the training environment (envs.MaxAndSkipEnv), the evaluation episodes and
+    a deployment loop all call :meth:`repeat`; the manifest records it
+    (``spaces.observation.max_and_skip``: kind, skip, pool) and ``Policy.max_and_skip`` gives it
+    back to the deploying code::
+
+        obs, reward, terminated, truncated, info = policy.max_and_skip.repeat(device_step, action)
+    """
+
+    KIND = "max_and_skip"
+    POOL = "max_last_2"
+
+    def __init__(self, skip: int):
+        if int(skip) < 2:
+            raise ValueError(f"max-and-skip needs skip >= 2, got {skip}")
+        self.skip = int(skip)
+
+    @staticmethod
+    def pool(frames) -> np.ndarray:
+        """The pixel-wise maximum of the last two frames (the frame itself when there is one)."""
+        return frames[-1] if len(frames) == 1 else np.maximum(frames[-2], frames[-1])
+
+    def repeat(self, step, action):
+        """``step(action)`` (gymnasium's 5-tuple) up to ``skip`` times, stopping where the episode
+        ends: (pooled observation, summed reward, terminated, truncated, the last info)."""
+        total, last = 0.0, []
+        for _ in range(self.skip):
+            obs, reward, terminated, truncated, info = step(action)
+            total += float(reward)
+            last = (last + [obs])[-2:]
+            if terminated or truncated:
+                break
+        return self.pool(last), total, terminated, truncated, info
+
+    def spec(self) -> dict:
+        return {"kind": self.KIND, "skip": self.skip, "pool": self.POOL}
 
 
 # -- checking -----------------------------------------------------------------------------------

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
+import gymnasium as gym
 import numpy as np
 
 from .config import ConfigError, EnvConfig
-from .deploy import column_n
+from .deploy import MaxAndSkip, column_n
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class SpaceSpec:
     which the row concatenates them (a Box key flattened, a Discrete key as its index)."""
     image_layout: str = ""  # Image observations: "HWC" (channels last) or "CHW" (channels first)
     frame_stack: int = 1    # k observations per row, oldest first (deploy.FrameStack)
+    max_and_skip: int = 1   # image envs: each action repeated k times, max of the last two frames (deploy.MaxAndSkip)
 
     @property
     def frame_dim(self) -> int:
@@ -100,6 +102,8 @@ class SpaceSpec:
             o["low"], o["high"] = _jsonable(self.obs_low[:d_]), _jsonable(self.obs_high[:d_])
         if self.frame_stack > 1:
             o["frame_stack"] = {"kind": "frame_stack", "k": self.frame_stack, "order": "oldest_first"}
+        if self.max_and_skip > 1:
+            o["max_and_skip"] = {"kind": "max_and_skip", "skip": self.max_and_skip, "pool": "max_last_2"}
         if self.obs_kind == "Dict":
             o["type"] = "Dict"
             o["keys"] = [k for k, _, _, _ in self.obs_parts]
@@ -131,7 +135,7 @@ class SpaceSpec:
         parts = tuple((k, o["spaces"][k]["type"], int(o["spaces"][k].get("n", 0)),
                        tuple(o["spaces"][k].get("shape", [1]))) for k in o.get("keys", []))
         ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)), obs_parts=parts, frame_stack=k,
-                  image_layout=o.get("layout", ""))
+                  image_layout=o.get("layout", ""), max_and_skip=int(o.get("max_and_skip", {}).get("skip", 1)))
         if a["type"] == "Discrete":
             return SpaceSpec(tuple(o["shape"]), obs_low, obs_high, True, int(a["n"]), **ob)
         if a["type"] == "MultiDiscrete":
@@ -273,7 +277,6 @@ def flat_obs(obs, n: int) -> np.ndarray:
 
 def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
     """One gymnasium env; unknown ids become a ConfigError naming the id."""
-    import gymnasium as gym
 
     if env_cfg.id.startswith("ALE/") or "NoFrameskip" in env_cfg.id:
         from .optional import ATARI_INSTALL, require
@@ -284,13 +287,30 @@ def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
         kwargs["max_episode_steps"] = env_cfg.max_episode_steps
     if render_mode:
         kwargs["render_mode"] = render_mode
+    skip = int(getattr(env_cfg, "max_and_skip", 1) or 1)
+    if skip > 1 and env_cfg.id.startswith("ALE/"):
+        kwargs["frameskip"] = 1  # the ALE renders every frame; MaxAndSkipEnv repeats and pools
     try:
-        return gym.make(env_cfg.id, **kwargs)
+        env = gym.make(env_cfg.id, **kwargs)
+        return MaxAndSkipEnv(env, skip) if skip > 1 else env
     except gym.error.Error as exc:
         raise ConfigError(f"key 'env.id' has value {env_cfg.id!r}: {exc}") from None
     except ImportError as exc:
         raise ConfigError(f"environment {env_cfg.id!r} needs a package that is not installed: {exc} "
                           f"(for MuJoCo environments: pip install -e .[mujoco])") from None
+
+
+class MaxAndSkipEnv(gym.Wrapper):
+    """``env.max_and_skip`` k > 1: every action repeated k times, rewards summed, the observation
+    the pixel-wise max of the last two frames (deploy.MaxAndSkip, the code a deployment loop
+    calls too)."""
+
+    def __init__(self, env, skip: int):
+        super().__init__(env)
+        self.max_and_skip = MaxAndSkip(skip)
+
+    def step(self, action):
+        return self.max_and_skip.repeat(self.env.step, action)
 
 
 def make_vec_env(env_cfg: EnvConfig, n_envs: Optional[int] = None):
@@ -346,4 +366,10 @@ def env_spec(env_cfg: EnvConfig) -> SpaceSpec:
             raise ConfigError(f"key 'env.frame_stack' is {k}, but the observation space is {spec.obs_kind}; frame "
                               f"stacking applies to Box and image observations")
         spec = replace(spec, frame_stack=k, obs_low=np.tile(spec.obs_low, k), obs_high=np.tile(spec.obs_high, k))
+    skip = int(getattr(env_cfg, "max_and_skip", 1) or 1)
+    if skip > 1:
+        if spec.obs_kind != "Image":
+            raise ConfigError(f"key 'env.max_and_skip' is {skip}, but the observation space is {spec.obs_kind}; "
+                              f"max-and-skip (the max of the last two frames) applies to image observations")
+        spec = replace(spec, max_and_skip=skip)
     return spec

@@ -180,8 +180,9 @@ GRAY_WEIGHTS = (0.299, 0.587, 0.114)
 def area_matrix(n_out: int, n_in: int) -> np.ndarray:
     """(n_out, n_in) weights of area resampling along one axis: output pixel i is the mean of the
     input interval [i * n_in / n_out, (i + 1) * n_in / n_out), partial pixels weighted by their
-    overlap (OpenCV's INTER_AREA for shrinking). Two MatMuls with these constants resize an image
-    inside the graph (no Resize operator: the same MatMul in MindIR, ONNX and OM)."""
+    overlap (OpenCV's INTER_AREA for shrinking). ImageEncoder resizes the rows with its nonzero
+    taps (area_taps: Gathers, Muls, Adds) and the columns with it as one MatMul, inside the graph
+    (no Resize operator: the same arithmetic in MindIR, ONNX and OM)."""
     m = np.zeros((n_out, n_in), np.float64)
     scale = n_in / n_out
     for i in range(n_out):
@@ -387,6 +388,8 @@ class ImageEncoder(nn.Cell):
         else:
             self.in_shape, self.row_axis = (-1, k, c, h, w), 3
             self.gray = Tensor(np.asarray(GRAY_WEIGHTS, np.float32).reshape(1, 1, 3, 1, 1))
+        if self.grayscale:  # gray first: the rest works on a third of the values
+            self.gray_shape, self.row_axis = (-1, k, h, w), 2
         self.rows_2d = (-1, w)
         self.matmul_gray = ops.MatMul()
         self.stacked = (-1, k * c_out, oh, w)
@@ -421,35 +424,44 @@ class ImageEncoder(nn.Cell):
         self.out_dim = feat
         self.cnn = cnn
         self.out_hw = (oh, ow)
+        self.preprocessed_dim = k * c_out * oh * ow  # width of one preprocessed row (PPO's rollout buffer)
 
     def preprocess(self, x):
         """Raw rows -> (B, k * channels, height, width) float32 in [0, 1], resized: what the convs see.
 
-        Cast to float32; area resize of the rows (each output row the weighted sum of the <= 3
-        input rows it covers: Gathers of whole rows, exact per element); grayscale (luma weights
-        over the channel axis; one MatMul for channels-last frames); area resize of the
+        Cast to float32; grayscale (luma weights over the channel axis; one MatMul for
+        channels-last frames); area resize of the rows (each output row the weighted sum of the
+        <= 3 input rows it covers: Gathers of whole rows, exact per element); area resize of the
         columns (one MatMul with a constant (W, W') matrix); /255 last, on the smallest tensor.
+        Without grayscale, channels-last frames are turned channels-first after the row resize.
         No gradient flows into it (it has no parameters)."""
         x = ops.cast(x, ms.float32).reshape(self.in_shape)
+        if self.grayscale:
+            if self.channels_last:
+                x = self.matmul_gray(x.reshape(self.pixels), self.gray)
+            else:
+                x = (x * self.gray).sum(2)
+            x = x.reshape(self.gray_shape)
         if self.resize:
             acc = ops.gather(x, self.row_idx[0], self.row_axis) * self.row_w[0]
             for i in range(1, len(self.row_idx)):
                 acc = acc + ops.gather(x, self.row_idx[i], self.row_axis) * self.row_w[i]
             x = acc
-        if self.channels_last:
-            if self.grayscale:
-                x = self.matmul_gray(x.reshape(self.pixels), self.gray)
-            else:
-                x = ops.transpose(x.reshape(self.hwc), (0, 1, 4, 2, 3))
-        elif self.grayscale:
-            x = (x * self.gray).sum(2)
+        if self.channels_last and not self.grayscale:
+            x = ops.transpose(x.reshape(self.hwc), (0, 1, 4, 2, 3))
         x = x.reshape(self.stacked)
         if self.resize:
             x = self.matmul(x.reshape(self.rows_2d), self.rw_t).reshape(self.out_shape)
         return ops.stop_gradient(x / 255.0)
 
     def construct(self, x):
-        x = self.convs(self.preprocess(x))
+        return self.trunk(self.preprocess(x))
+
+    def trunk(self, x):
+        """Preprocessed frames (``preprocess``'s output, or its rows flattened) -> features: the convs,
+        flatten, Dense, ReLU. PPO's update phase starts here, from the frames its rollout cell
+        preprocessed (PPORollout's pre-encoded output), so no frame is preprocessed twice."""
+        x = self.convs(x.reshape(self.out_shape))
         if self.nhwc_out:
             x = ops.transpose(x, (0, 3, 1, 2))  # Conv2d's (C, H, W) flatten order for the Dense
         return self.fc(x.reshape((-1, self.n_flat)))  # -1, not x.shape[0]: a dynamic batch in ONNX

@@ -59,7 +59,7 @@ class Policy(deploy.Policy):
     def __init__(self, spec: SpaceSpec, fixed_batch: Optional[int], env_cfg: EnvConfig):
         super().__init__(spec.obs_dim, fixed_batch, spec.discrete, spec.n_actions, spec.act_low, spec.act_high,
                          obs_n=spec.obs_n, nvec=spec.nvec or None, obs_parts=spec.obs_parts or None,
-                         frame_stack=spec.frame_stack,
+                         frame_stack=spec.frame_stack, max_and_skip=spec.max_and_skip,
                          image={"shape": spec.obs_shape, "layout": spec.image_layout} if spec.obs_kind == "Image" else None)
         self.spec = spec
         self._env_cfg = env_cfg

@@ -32,7 +32,7 @@ def space_export(tmp_path_factory, configs_dir):
                 cfg = os.path.join(configs_dir, "ppo", "FrozenLake-v1.yaml")
             else:
                 cfg = tmp / "ppo.yaml"
-                cfg.write_text(DOT_CONFIG.format(steps=64, k=2) if name == "dot"
+                cfg.write_text(DOT_CONFIG.format(steps=64, k=2, skip=1) if name == "dot"
                                else MULTI_CONFIG.format(env_id=ENVS[name]))
             run = _train(tmp, str(cfg), 64, *TINY)
             out = str(tmp / "export")

@@ -154,6 +154,7 @@ env:
   id: MsrlTestDot-v0
   n_envs: 8
   frame_stack: {k}
+  max_and_skip: {skip}
 policy:
   net_arch: []
   activation: relu
@@ -170,10 +171,10 @@ eval:
 """
 
 
-def _dot_run(tmp_path, steps, k):
+def _dot_run(tmp_path, steps, k, skip=1):
     import spaces_envs  # noqa: F401  (registers the test envs)
     cfg = tmp_path / "ppo.yaml"
-    cfg.write_text(DOT_CONFIG.format(steps=steps, k=k))
+    cfg.write_text(DOT_CONFIG.format(steps=steps, k=k, skip=skip))
     run = str(tmp_path / "run")
     assert main(["train", str(cfg), "--run-dir", run, "--quiet"]) == 0
     with open(os.path.join(run, "summary.json")) as fh:
@@ -207,13 +208,15 @@ def test_image_policy_learns_and_exports_from_raw_uint8_frames(tmp_path, capsys)
 
 
 def test_frame_stacking_is_reproduced_by_the_deployed_policy(tmp_path, capsys):
-    run, _ = _dot_run(tmp_path, 1024, 2)
+    run, _ = _dot_run(tmp_path, 1024, 2, skip=2)
     out = str(tmp_path / "export")
     reports = _export_and_verify(run, out, capsys, episodes=3)
-    # rollouts identical: load_policy stacked the frames as the training loop did
+    # rollouts identical: load_policy stacked the frames (behind the env's max-and-skip) as the training loop did
     assert reports["mindspore"]["rollouts"]["identical_episodes"] == 3
     m = read_manifest(out)
     assert m.spaces["observation"]["frame_stack"] == {"kind": "frame_stack", "k": 2, "order": "oldest_first"}
+    assert m.spaces["observation"]["max_and_skip"] == {"kind": "max_and_skip", "skip": 2, "pool": "max_last_2"}
+    assert load_policy(out, backend="onnxruntime").max_and_skip.skip == 2  # for the deploying loop
     assert m.io["input"]["shape"] == [None, 2 * 3072]
     import spaces_envs
     env = spaces_envs.DotToTarget()
@@ -232,3 +235,11 @@ def test_frame_stacking_is_reproduced_by_the_deployed_policy(tmp_path, capsys):
     proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime"], cwd=out,
                           capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # a manifest whose max_and_skip record is not one: refused naming the field, no traceback
+    with open(os.path.join(out, "manifest.json")) as fh:
+        manifest = json.load(fh)
+    manifest["spaces"]["observation"]["max_and_skip"]["skip"] = 1
+    with open(os.path.join(out, "manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+    assert main(["verify", out, "--backend", "onnxruntime"]) == 2
+    assert "field 'spaces.observation.max_and_skip' is" in capsys.readouterr().err

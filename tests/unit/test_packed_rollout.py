@@ -34,3 +34,25 @@ def test_unpack_gives_back_every_output_exactly():
             assert g.dtype == w.dtype and g.shape == w.shape
             assert np.array_equal(g, w)
         assert not np.array_equal(got[0], got[1]) or discrete  # env action (clipped) and action differ
+        assert got[4] is None  # no stored rows
+
+
+class FakeImageRollout(FakeRollout):
+    """A rollout cell with a fifth output: the rows the buffer stores (PPO's preprocessed frames)."""
+
+    def construct(self, obs, noise):
+        env_a, a, logp, v = super().construct(obs, noise)
+        return env_a, a, logp, v, obs / 255.0
+
+
+def test_unpack_gives_back_the_stored_rows_exactly():
+    configure_mindspore("CPU")
+    rng = np.random.default_rng(1)
+    obs = rng.integers(0, 256, size=(3, 6)).astype(np.float32)
+    noise = rng.normal(size=(3, 3)).astype(np.float32)
+    cell = FakeImageRollout(True)
+    want = [o.asnumpy() for o in cell(Tensor(obs), Tensor(noise))]
+    got = unpack_rollout(PackedRollout(cell)(Tensor(obs), Tensor(noise)).asnumpy(), (), True)
+    assert len(got) == 5
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w)

@@ -377,3 +377,65 @@ def test_conv_impl_auto_follows_the_device():
     assert conv_impl_for("auto", "CPU") == "matmul"  # MindSpore's CPU Conv2D is the slow path
     assert conv_impl_for("auto", "Ascend") == "conv2d" and conv_impl_for("auto", "GPU") == "conv2d"
     assert conv_impl_for("conv2d", "CPU") == "conv2d" and conv_impl_for("matmul", "Ascend") == "matmul"
+
+
+def test_max_and_skip_repeats_sums_and_pools_the_last_two_frames():
+    from msrl_consistent.deploy import MaxAndSkip
+    calls = []
+
+    def step(action):  # frame t holds t at pixel t % 3: the pool of t-1 and t shows both
+        t = len(calls)
+        calls.append(action)
+        frame = np.zeros((1, 3, 1), np.uint8)
+        frame[0, t % 3, 0] = t + 1
+        return frame, 1.5, False, False, {"t": t}
+
+    obs, r, term, trunc, info = MaxAndSkip(4).repeat(step, 2)
+    assert calls == [2, 2, 2, 2] and r == 6.0 and not term and not trunc and info == {"t": 3}
+    assert obs[0, :, 0].tolist() == [4, 0, 3]  # frames 3 (t=2) and 4 (t=3), max per pixel
+    assert MaxAndSkip(4).spec() == {"kind": "max_and_skip", "skip": 4, "pool": "max_last_2"}
+
+    ends = iter([False, True, False])  # the episode ends at the 2nd frame: the repeat stops there
+
+    def ending(action):
+        done = next(ends)
+        return np.full((1, 1, 1), 7 if done else 9, np.uint8), 1.0, done, False, {}
+    obs, r, term, _, _ = MaxAndSkip(3).repeat(ending, 0)
+    assert term and r == 2.0 and obs[0, 0, 0] == 9  # max(9, 7)
+    single = iter([True])
+    obs, r, term, _, _ = MaxAndSkip(2).repeat(lambda a: (np.full((1, 1, 1), 5, np.uint8), 1.0, next(single),
+                                                         False, {}), 0)
+    assert term and r == 1.0 and obs[0, 0, 0] == 5  # ended at the first frame: that frame
+    with pytest.raises(ValueError, match="skip >= 2"):
+        MaxAndSkip(1)
+
+
+def test_max_and_skip_env_config_manifest_and_policy(tmp_path):
+    import gymnasium as gym
+    import spaces_envs  # noqa: F401  (registers MsrlTestDot-v0)
+
+    from msrl_consistent.config import EnvConfig
+    from msrl_consistent.deploy import MaxAndSkip
+    from msrl_consistent.envs import MaxAndSkipEnv, env_spec, make_env
+    env = make_env(EnvConfig(id="MsrlTestDot-v0", max_and_skip=3))
+    assert isinstance(env, MaxAndSkipEnv) and env.max_and_skip.skip == 3
+    env.reset(seed=0)
+    inner = gym.make("MsrlTestDot-v0")
+    inner.reset(seed=0)
+    # the same frames as three inner steps, pooled (the dot env does not flicker: the max is the last frame
+    # where the agent stays, or shows both positions where it moved)
+    f = [inner.step(1)[0] for _ in range(3)]
+    assert np.array_equal(env.step(1)[0], np.maximum(f[1], f[2]))
+    spec = env_spec(EnvConfig(id="MsrlTestDot-v0", max_and_skip=3, frame_stack=2))
+    j = spec.to_json()
+    assert j["observation"]["max_and_skip"] == {"kind": "max_and_skip", "skip": 3, "pool": "max_last_2"}
+    assert SpaceSpec.from_json(j).max_and_skip == 3
+    from msrl_consistent.runtime import Policy as RuntimePolicy
+    pol = RuntimePolicy(SpaceSpec.from_json(j), None, EnvConfig(id="MsrlTestDot-v0", max_and_skip=3))
+    assert isinstance(pol.max_and_skip, MaxAndSkip) and pol.max_and_skip.skip == 3
+    with pytest.raises(ConfigError, match="'env.max_and_skip' is 4, but the observation space is Box"):
+        env_spec(EnvConfig(id="CartPole-v1", max_and_skip=4))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("algorithm: ppo\nenv:\n  id: CartPole-v1\n  max_and_skip: 0\n")
+    with pytest.raises(ConfigError, match="max_and_skip"):
+        load_config(str(cfg))
