@@ -97,7 +97,7 @@ def main() -> None:
                 xt = torch.as_tensor(np.random.default_rng(0).integers(0, 256, (b, 4, 84, 84)).astype(np.float32)) / 255
                 out[f"torch_{th}_threads_b{b}_forward_backward_s"] = _time(lambda n=net, v=xt: n(v).sum().backward(),
                                                                            args.repeats)
-    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}, indent=1))
+    print(json.dumps({k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in out.items()}, indent=1))
 
 
 def networks_at(rev: str):
@@ -149,7 +149,7 @@ def ab(args, spec, ImageEncoder, Loss, Preprocess, out):
                     fn()
                     res.setdefault(f"{impl}_b{b}_{what}_s_{label}", []).append(time.perf_counter() - t0)
         out.update({k: statistics.median(v) for k, v in res.items()})
-    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}, indent=1))
+    print(json.dumps({k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in out.items()}, indent=1))
 
 
 if __name__ == "__main__":
