@@ -277,7 +277,6 @@ def flat_obs(obs, n: int) -> np.ndarray:
 
 def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
     """One gymnasium env; unknown ids become a ConfigError naming the id."""
-
     if env_cfg.id.startswith("ALE/") or "NoFrameskip" in env_cfg.id:
         from .optional import ATARI_INSTALL, require
         ale_py = require("ale_py", f"environment {env_cfg.id!r} (Atari)", ATARI_INSTALL)
