@@ -63,6 +63,9 @@ class OnPolicyAlgorithm(Algorithm):
     gae_lambda: float = 0.95
     rollout_cell: nn.Cell
     value_cell: nn.Cell
+    rollout_features: int = 0
+    """> 0: the rollout cell's fifth output has this width and the buffer stores it instead of the
+    observations (PPO's preprocessed image frames)."""
 
     @functools.cached_property
     def multi_dist(self):
@@ -111,7 +114,7 @@ class OnPolicyAlgorithm(Algorithm):
         venv = make_vec_env(cfg.env)
         n_envs = venv.num_envs
         act_shape = self.spec.action_shape
-        stored = getattr(self, "rollout_features", 0)  # > 0: the buffer keeps the cell's rows, not the obs
+        stored = self.rollout_features
         buf = RolloutBuffer(self.n_steps, n_envs, stored or self.spec.obs_dim, act_shape, self.spec.discrete,
                             np.dtype(np.float32 if stored else self.spec.input_dtype))
         # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed)

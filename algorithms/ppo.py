@@ -134,6 +134,16 @@ class ActorCriticAgent(Agent):
             shape = (latent_dim, out) if self.use_sde else (out,)
             self.log_std = Parameter(Tensor(np.full(shape, pc.log_std_init, np.float32)), name="log_std")
 
+    def features(self, obs, features_in: bool):
+        """What the heads read: the shared encoder's features (one pass for actor and critic; from
+        preprocessed image rows, the encoder's trunk only), or the normalized Box row."""
+        if features_in:
+            return self.actor.first.trunk(obs)
+        x = self.normalizer(obs)
+        if self.encoded:
+            return self.actor.first(x)
+        return x
+
 
 class PPORollout(nn.Cell):
     """One graph call per vector step: (obs, noise) -> (env action, action, log_prob, value).
@@ -146,8 +156,8 @@ class PPORollout(nn.Cell):
         self.agent = agent
         self.discrete = agent.spec.discrete
         self.use_sde = agent.use_sde
-        self.encoded = agent.encoded
         self.features_in = features_in  # obs are preprocessed image rows: the encoder's trunk only
+        self.on_features = features_in or agent.encoded  # the heads sit on the encoder's features
         self.n_actions = agent.spec.n_actions
         self.multi = multi_distribution(agent.spec)  # MultiDiscrete / MultiBinary (None: Discrete, Box)
         self.is_multi = self.multi is not None
@@ -156,13 +166,8 @@ class PPORollout(nn.Cell):
             self.high = Tensor(agent.spec.act_high)
 
     def construct(self, obs, noise):
-        if self.features_in:
-            x = self.agent.actor.first.trunk(obs)
-        else:
-            x = self.agent.normalizer(obs)
-        if self.features_in or self.encoded:  # one pass of the shared observation encoder feeds both heads
-            if not self.features_in:
-                x = self.agent.actor.first(x)
+        x = self.agent.features(obs, self.features_in)
+        if self.on_features:
             value = self.agent.critic.second(x).squeeze(-1)
             out = self.agent.actor.second(x)
         else:
@@ -226,8 +231,8 @@ class PPOLoss(nn.Cell):
         self.agent = agent
         self.discrete = agent.spec.discrete
         self.use_sde = agent.use_sde
-        self.encoded = agent.encoded
         self.features_in = agent.preencode  # obs are the rollout cell's preprocessed image rows
+        self.on_features = agent.preencode or agent.encoded  # the heads sit on the encoder's features
         self.n_actions = agent.spec.n_actions
         self.multi = multi_distribution(agent.spec)
         self.is_multi = self.multi is not None
@@ -237,13 +242,8 @@ class PPOLoss(nn.Cell):
         self.vf_coef = float(c.vf_coef)
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
-        if self.features_in:  # an image policy trains from the preprocessed rows: the encoder's trunk
-            x = self.agent.actor.first.trunk(obs)
-        else:
-            x = self.agent.normalizer(obs)
-        if self.features_in or self.encoded:  # one pass of the shared encoder (and one backward) for both heads
-            if not self.features_in:
-                x = self.agent.actor.first(x)
+        x = self.agent.features(obs, self.features_in)  # one encoder pass (and one backward) for both heads
+        if self.on_features:
             values = self.agent.critic.second(x).squeeze(-1)
         else:
             values = self.agent.critic(x).squeeze(-1)
@@ -254,7 +254,7 @@ class PPOLoss(nn.Cell):
             log_prob = normal_log_prob(mean, std, actions)
             entropy = normal_entropy(std).mean()
         else:
-            out = self.agent.actor.second(x) if self.features_in or self.encoded else self.agent.actor(x)
+            out = self.agent.actor.second(x) if self.on_features else self.agent.actor(x)
             if self.is_multi:
                 log_prob = self.multi.log_prob(out, actions)
                 entropy = self.multi.entropy(out).mean()

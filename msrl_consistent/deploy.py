@@ -235,6 +235,13 @@ def column_n(obs_n: int, obs_parts, obs_dim: int) -> np.ndarray:
     return np.zeros(obs_dim, np.int64)
 
 
+def not_an_index(values, n) -> np.ndarray:
+    """Mask of the values that are not a Discrete(n) index (finite, integer-valued, 0..n-1; ``n``
+    broadcasts, one per column of a Dict row)."""
+    v = np.asarray(values, np.float64)
+    return ~np.isfinite(v) | (v < 0) | (v >= n) | (v != np.round(v))
+
+
 def space_text(obs_n: int, obs_parts) -> str:
     """The observation space as act's error messages name it."""
     if obs_n:
@@ -880,7 +887,7 @@ class Policy:
         if self.obs_parts:  # the packed row of a Dict: its Discrete columns hold indices
             d = self._cols > 0
             idx = arr[:, d]
-            bad = np.argwhere((idx < 0) | (idx >= self._cols[d]) | (idx != np.round(idx)))
+            bad = np.argwhere(not_an_index(idx, self._cols[d]))
             if bad.size:
                 col = int(np.nonzero(d)[0][bad[0][1]])
                 raise ValueError(f"expected {space_text(0, self.obs_parts)} observations: column {col} of the packed "
@@ -911,8 +918,7 @@ class Policy:
                                      f"(batch,), got shape {v.shape}")
                 one = v.ndim == 0
                 flat = v.reshape(-1, 1).astype(np.float64)
-                bad = np.nonzero(~np.isfinite(flat[:, 0]) | (flat[:, 0] < 0) | (flat[:, 0] >= n)
-                                 | (flat[:, 0] != np.round(flat[:, 0])))[0]
+                bad = np.nonzero(not_an_index(flat[:, 0], n))[0]
                 if bad.size:
                     raise ValueError(f"key {key!r} of {expected}: expected a Discrete({n}) index 0..{n - 1}, "
                                      f"got {flat[bad[0], 0]:g}")
@@ -943,7 +949,7 @@ class Policy:
         if arr.ndim > 2 or (arr.ndim == 2 and arr.shape[1] != 1) or arr.size < 1:
             raise ValueError(f"expected {expected}, got shape {np.shape(obs)}")
         flat = arr.reshape(-1)
-        bad = np.nonzero(~np.isfinite(flat.astype(np.float64)) | (flat < 0) | (flat >= n) | (flat != np.round(flat)))[0]
+        bad = np.nonzero(not_an_index(flat, n))[0]
         if bad.size:
             raise ValueError(f"expected {expected}, got {flat[bad[0]]} at index {int(bad[0])}")
         return np.ascontiguousarray(flat.reshape(-1, 1), dtype=np.float32)

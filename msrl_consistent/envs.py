@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from .config import ConfigError, EnvConfig
-from .deploy import MaxAndSkip, column_n
+from .deploy import FrameStack, MaxAndSkip, column_n
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class SpaceSpec:
     n_actions: int          # Discrete: number of actions; Box/MultiDiscrete/MultiBinary: action width
     act_low: Optional[np.ndarray] = None
     act_high: Optional[np.ndarray] = None
-    obs_kind: str = "Box"   # Box | Discrete
+    obs_kind: str = "Box"   # Box | Discrete | Dict | Image
     obs_n: int = 0          # Discrete observations: the number of values
     act_kind: str = ""      # Discrete | Box | MultiDiscrete | MultiBinary ("" : Discrete or Box from `discrete`)
     nvec: Tuple[int, ...] = ()
@@ -101,9 +101,9 @@ class SpaceSpec:
             d_ = self.frame_dim
             o["low"], o["high"] = _jsonable(self.obs_low[:d_]), _jsonable(self.obs_high[:d_])
         if self.frame_stack > 1:
-            o["frame_stack"] = {"kind": "frame_stack", "k": self.frame_stack, "order": "oldest_first"}
+            o["frame_stack"] = FrameStack(self.frame_stack, self.frame_dim).spec()
         if self.max_and_skip > 1:
-            o["max_and_skip"] = {"kind": "max_and_skip", "skip": self.max_and_skip, "pool": "max_last_2"}
+            o["max_and_skip"] = MaxAndSkip(self.max_and_skip).spec()
         if self.obs_kind == "Dict":
             o["type"] = "Dict"
             o["keys"] = [k for k, _, _, _ in self.obs_parts]

@@ -253,7 +253,7 @@ class Crop(nn.Cell):
             if before:
                 g = ops.concat((ops.zeros(shape[:d] + (before,) + shape[d + 1:], g.dtype), g), d)
             if after:
-                g = ops.concat((g, ops.zeros(shape[:d] + (after,) + g.shape[d + 1:], g.dtype)), d)
+                g = ops.concat((g, ops.zeros(shape[:d] + (after,) + shape[d + 1:], g.dtype)), d)
         return (g,)
 
 
@@ -391,7 +391,7 @@ class ImageEncoder(nn.Cell):
         if self.grayscale:  # gray first: the rest works on a third of the values
             self.gray_shape, self.row_axis = (-1, k, h, w), 2
         self.rows_2d = (-1, w)
-        self.matmul_gray = ops.MatMul()
+        self.matmul = ops.MatMul()  # grayscale (channels last) and the column resize
         self.stacked = (-1, k * c_out, oh, w)
         self.out_shape = (-1, k * c_out, oh, ow)
         if self.resize:
@@ -399,9 +399,8 @@ class ImageEncoder(nn.Cell):
             self.row_idx = [Tensor(i) for i in idx]
             self.row_w = [Tensor(v.reshape(oh, 1)) for v in wt]
             self.rw_t = Tensor(area_matrix(ow, w).T.copy())
-            self.matmul = ops.MatMul()
         else:
-            self.row_idx, self.row_w, self.rw_t, self.matmul = [], [], None, None
+            self.row_idx, self.row_w, self.rw_t = [], [], None
         if cnn == "auto":
             cnn = "nature" if min(oh, ow) >= 64 else "small"
         layers, feat = CNN_LAYERS[cnn]
@@ -438,7 +437,7 @@ class ImageEncoder(nn.Cell):
         x = ops.cast(x, ms.float32).reshape(self.in_shape)
         if self.grayscale:
             if self.channels_last:
-                x = self.matmul_gray(x.reshape(self.pixels), self.gray)
+                x = self.matmul(x.reshape(self.pixels), self.gray)
             else:
                 x = (x * self.gray).sum(2)
             x = x.reshape(self.gray_shape)

@@ -18,33 +18,9 @@ import numpy as np
 from gymnasium import spaces
 
 
-class MultiDiscreteTarget(gym.Env):
-    NVEC = (3, 4, 2)
-    observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
-    action_space = spaces.MultiDiscrete(NVEC)
-
-    def _new_target(self):
-        self.target = np.array([self.np_random.integers(0, n) for n in self.NVEC])
-        return (2.0 * self.target / (np.array(self.NVEC) - 1) - 1.0).astype(np.float32)
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._new_target(), {}
-
-    def step(self, action):
-        r = float((np.asarray(action) == self.target).sum())
-        self.t += 1
-        return self._new_target(), r, self.t >= 8, False, {}
-
-
-class MultiBinaryMatch(gym.Env):
-    observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
-    action_space = spaces.MultiBinary(4)
-
-    def _new(self):
-        self.bits = self.np_random.integers(0, 2, 4)
-        return (2.0 * self.bits - 1.0).astype(np.float32)
+class _EightSteps(gym.Env):
+    """Episodes of 8 steps, a fresh observation (``_new``) at every step, the reward of the action
+    against the current one (``_reward``)."""
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
@@ -52,12 +28,37 @@ class MultiBinaryMatch(gym.Env):
         return self._new(), {}
 
     def step(self, action):
-        r = float((np.asarray(action) == self.bits).sum())
+        r = self._reward(action)
         self.t += 1
         return self._new(), r, self.t >= 8, False, {}
 
 
-class DictGoal(gym.Env):
+class MultiDiscreteTarget(_EightSteps):
+    NVEC = (3, 4, 2)
+    observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = spaces.MultiDiscrete(NVEC)
+
+    def _new(self):
+        self.target = np.array([self.np_random.integers(0, n) for n in self.NVEC])
+        return (2.0 * self.target / (np.array(self.NVEC) - 1) - 1.0).astype(np.float32)
+
+    def _reward(self, action):
+        return float((np.asarray(action) == self.target).sum())
+
+
+class MultiBinaryMatch(_EightSteps):
+    observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = spaces.MultiBinary(4)
+
+    def _new(self):
+        self.bits = self.np_random.integers(0, 2, 4)
+        return (2.0 * self.bits - 1.0).astype(np.float32)
+
+    def _reward(self, action):
+        return float((np.asarray(action) == self.bits).sum())
+
+
+class DictGoal(_EightSteps):
     observation_space = spaces.Dict({"sign": spaces.Box(-1.0, 1.0, (1,), np.float32),
                                      "goal": spaces.Discrete(3),
                                      "pos": spaces.Box(-1.0, 1.0, (2, 3), np.float32)})
@@ -69,15 +70,8 @@ class DictGoal(gym.Env):
         return {"sign": np.array([2.0 * self.sign - 1.0], np.float32), "goal": self.goal,
                 "pos": self.np_random.uniform(-1, 1, (2, 3)).astype(np.float32)}
 
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._new(), {}
-
-    def step(self, action):
-        r = float(int(action) == self.goal + 3 * self.sign)
-        self.t += 1
-        return self._new(), r, self.t >= 8, False, {}
+    def _reward(self, action):
+        return float(int(action) == self.goal + 3 * self.sign)
 
 
 class DotToTarget(gym.Env):
