@@ -51,17 +51,22 @@ def rollouts(exported, reference, env_cfg, episodes: int, seed: int, discrete: b
         rf = run_episodes(env_cfg, reference.act, 1, seed + i, trajectories=True)["episodes"][0]
         div = _first_divergence(ex, rf)
         if discrete:
-            disagree += int((ex["act"].astype(np.int64) != ex["ref"].astype(np.int64)).sum())
+            wrong = int((ex["act"].astype(np.int64) != ex["ref"].astype(np.int64)).sum())
+            disagree += wrong
+            within = wrong == 0
         else:
-            same_obs_err.append(float(np.abs(ex["act"].astype(np.float64) - ex["ref"]).max()))
+            err = float(np.abs(ex["act"].astype(np.float64) - ex["ref"]).max()) if len(ex["act"]) else 0.0
+            same_obs_err.append(err)
+            within = err <= atol
         steps += len(ex["act"])
         per.append({"seed": seed + i, "return_exported": ex["return"], "return_training": rf["return"],
                     "length_exported": len(ex["act"]), "length_training": len(rf["act"]),
-                    "identical": div is None, "first_divergence_step": div})
+                    "identical": div is None, "first_divergence_step": div, "within_atol": bool(within)})
     r_ex = np.array([p["return_exported"] for p in per])
     r_tr = np.array([p["return_training"] for p in per])
     out = {"episodes": episodes, "seed": seed, "steps": steps,
            "identical_episodes": int(sum(p["identical"] for p in per)),
+           "within_atol_episodes": int(sum(p["within_atol"] for p in per)),
            "mean_return_exported": float(r_ex.mean()), "mean_return_training": float(r_tr.mean()),
            "return_delta": float(r_ex.mean() - r_tr.mean()), "per_episode": per}
     if discrete:
@@ -108,9 +113,32 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
 
     report["criteria"], report["passed"] = _judge(report, backend, precision, discrete)
     if write_report:
-        atomic_write_text(os.path.join(export_dir, "report.json"), json.dumps(report, indent=2) + "\n")
-        atomic_write_text(os.path.join(export_dir, "report.md"), render_markdown(report))
+        json_path, md_path = report_paths(export_dir, backend)
+        report["report"] = md_path
+        atomic_write_text(json_path, json.dumps(report, indent=2) + "\n")
+        atomic_write_text(md_path, render_markdown(report))
     return report
+
+
+def report_paths(export_dir: str, backend: str):
+    """(json, markdown) report paths of ``msrl verify`` on ``backend``: one pair per backend, so the
+    reports of several backends (and ``policy.py check``'s ``report-check-BACKEND.json``) stand
+    side by side instead of overwriting each other."""
+    base = os.path.join(export_dir, f"report-verify-{backend}")
+    return base + ".json", base + ".md"
+
+
+def rollout_summary(roll: dict, strict: bool, discrete: bool, atol: float) -> str:
+    """One line saying what the rollouts showed, the count that the criterion judges first:
+    '20/20 identical step for step' for a bit-identical backend, else '20/20 with the same
+    actions at every visited state' (discrete) or '20/20 within atol 1e-05' (continuous),
+    followed by how many were also bit-identical."""
+    n, same = roll["episodes"], roll["identical_episodes"]
+    if strict:
+        return f"{same}/{n} identical step for step"
+    within = roll.get("within_atol_episodes", same)
+    what = "with the same actions at every visited state" if discrete else f"within atol {atol:g}"
+    return f"{within}/{n} {what}, {same}/{n} bit-identical step for step"
 
 
 def _judge(report: dict, backend: str, precision: str, discrete: bool):
@@ -165,8 +193,10 @@ def render_markdown(r: dict) -> str:
     if roll is None:
         lines.append(f"skipped: {r.get('rollouts_skipped')}")
     else:
-        lines += [f"{roll['episodes']} episodes from seed {roll['seed']}: {roll['identical_episodes']} identical "
-                  f"step for step; mean return exported {roll['mean_return_exported']:.3f}, training cell "
+        strict = r["backend"] == "mindspore" and r["atol"] == 0 and r["precision"] == "fp32"
+        lines += [f"{roll['episodes']} episodes from seed {roll['seed']}: "
+                  f"{rollout_summary(roll, strict, 'agreement' in g, r['atol'])}; "
+                  f"mean return exported {roll['mean_return_exported']:.3f}, training cell "
                   f"{roll['mean_return_training']:.3f} (delta {roll['return_delta']:+.3f}).", "",
                   "| seed | return exported | return training | identical | first divergence |",
                   "| --- | --- | --- | --- | --- |"]

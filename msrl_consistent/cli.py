@@ -209,7 +209,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from msrl_consistent.export.verify import verify_export
+    from msrl_consistent.export.verify import rollout_summary, verify_export
 
     kwargs = {}
     if args.backend == "lite":
@@ -224,11 +224,12 @@ def cmd_verify(args) -> int:
         print(f"msrl verify [{args.backend}]: golden set {g.get('count')} obs, {err}, bit-identical {g.get('bit_identical')}")
         roll = report["rollouts"]
         if roll:
-            print(f"  rollouts: {roll['identical_episodes']}/{roll['episodes']} identical, return exported "
+            strict = args.backend == "mindspore" and report["atol"] == 0 and report["precision"] == "fp32"
+            print(f"  rollouts: {rollout_summary(roll, strict, 'agreement' in g, report['atol'])}, return exported "
                   f"{roll['mean_return_exported']:.2f} vs training {roll['mean_return_training']:.2f}")
         for c in report["criteria"]:
             print(f"  [{'ok' if c['passed'] else 'FAIL'}] {c['name']}")
-        print(f"  {'PASS' if report['passed'] else 'FAIL'}; report: {os.path.join(args.export_dir, 'report.md')}")
+        print(f"  {'PASS' if report['passed'] else 'FAIL'}; report: {report['report']}")
     return 0 if report["passed"] else 1
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import stat
 import sys
@@ -52,10 +53,21 @@ BUNDLE_FILE = "policy.py"
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_FILES = 64
 MAX_DIM = 1 << 16
-"""Largest observation width and action count accepted from a manifest."""
+"""Largest size of one observation dimension (a 16K frame side), action count or choice count."""
 MAX_BATCH = 1 << 16
 MAX_GOLDEN = 1 << 22
-MAX_GOLDEN_BYTES = 1 << 30
+MAX_ROW_BYTES = 1 << 31
+"""Largest model input row (one observation, frames stacked): 2 GiB, so an 8K RGB frame stacked 8
+times (796 MB) passes; a 4K RGB frame stacked 4 times is 99.5 MB, a stacked Atari frame 403 KB."""
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory: what a declared golden set or batch must fit in (the real
+    limit of a reader that loads them), 64 GiB where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 64 << 30
 CROSS_RUNTIME_ATOL = 1e-5
 EXIT_PASS, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 
@@ -302,14 +314,16 @@ class Export:
         if obs_type == "Discrete" and shape != [1]:
             raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected [1] for a "
                               f"Discrete observation (its index)")
-        if not shape or not all(_is_int(s) and 1 <= s <= MAX_DIM for s in shape) or int(np.prod(shape)) > MAX_DIM:
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected "
-                              f"positive sizes of at most {MAX_DIM} elements in all")
+        if not shape or len(shape) > 32 or not all(_is_int(s) and 1 <= s <= MAX_DIM for s in shape):
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected 1 to 32 "
+                              f"sizes of 1..{MAX_DIM}")
         self.frame_shape = tuple(shape)
-        self.frame_dim = int(np.prod(shape))
+        self.frame_dim = math.prod(shape)
         self.obs_dim = self.frame_dim * self.frame_stack  # the model's input row: k frames
-        if self.obs_dim > MAX_DIM * 64:
-            raise ExportError(f"{MANIFEST}: the observation row holds {self.obs_dim} values (at most {MAX_DIM * 64})")
+        row_bytes = self.obs_dim * (1 if self.input_dtype == "uint8" else 4)
+        if row_bytes > MAX_ROW_BYTES:
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)} (x {self.frame_stack} "
+                              f"stacked): one observation row of {row_bytes} bytes, at most {MAX_ROW_BYTES}")
         if obs_type != "Image":
             self.obs_low = _bounds(f, "spaces.observation.low", self.frame_dim, False)
             self.obs_high = _bounds(f, "spaces.observation.high", self.frame_dim, False)
@@ -418,10 +432,10 @@ class Export:
         self.golden_count = f.int_in("golden.count", 1, MAX_GOLDEN)
         if f.int_in("golden.batch", 1, MAX_BATCH) != self.golden_batch:
             raise ExportError(f"{MANIFEST}: 'golden.batch' differs from 'export.golden_batch' {self.golden_batch}")
-        nbytes = self.golden_count * (self.obs_dim + (1 if kind == "Discrete" else self.n_actions)) * 4
-        if nbytes > MAX_GOLDEN_BYTES:
+        nbytes = self.golden_count * (row_bytes + 4 * (1 if kind == "Discrete" else self.n_actions))
+        if nbytes > memory_bytes() // 2:
             raise ExportError(f"{MANIFEST}: the golden set declares {self.golden_count} x {self.obs_dim} values "
-                              f"({nbytes} bytes, at most {MAX_GOLDEN_BYTES})")
+                              f"({nbytes} bytes; half of this machine's memory is {memory_bytes() // 2})")
 
     # -- files --------------------------------------------------------------------------------
     def path(self, name: str) -> str:
@@ -1321,7 +1335,7 @@ def latency(policy: Policy, obs: np.ndarray, batch: int, seconds: float = 1.0, m
 def check(directory: str, backend: Optional[str] = None, atol: Optional[float] = None, target: str = "cpu",
           device_id: int = 0, precision_mode: Optional[str] = None, latency_seconds: float = 0.5,
           write_report: bool = True) -> dict:
-    """What ``python policy.py check`` does: integrity, golden set, latency, report.json."""
+    """What ``python policy.py check`` does: integrity, golden set, latency, report-check-BACKEND.json."""
     export = open_export(directory)
     policy = load(directory, backend, target=target, device_id=device_id, precision_mode=precision_mode,
                   check_hashes=False)
@@ -1352,12 +1366,13 @@ def check(directory: str, backend: Optional[str] = None, atol: Optional[float] =
             report["latency"].append(latency(policy, obs, big, latency_seconds))
     if write_report:
         try:
-            tmp = os.path.join(directory, f".report.json.tmp-{os.getpid()}")
+            name = f"report-check-{b}.json"  # one per backend, beside msrl verify's report-verify-BACKEND.*
+            tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}")
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(report, fh, indent=2)
                 fh.write("\n")
-            os.replace(tmp, os.path.join(directory, "report.json"))
-            report["report"] = os.path.join(directory, "report.json")
+            os.replace(tmp, os.path.join(directory, name))
+            report["report"] = os.path.join(directory, name)
         except OSError as exc:
             report["report"] = f"not written ({_one_line(exc)})"
     return report
@@ -1368,7 +1383,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "policy.py") -> int:
     p = argparse.ArgumentParser(prog=prog, description="Run or check this exported policy bundle.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    c = sub.add_parser("check", help="integrity, golden set against the training cell, latency; writes report.json")
+    c = sub.add_parser("check", help="integrity, golden set against the training cell, latency; writes report-check-BACKEND.json")
     c.add_argument("--dir", default=here, help="export directory (default: this file's directory)")
     c.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (or lite); default: the first installed")
     c.add_argument("--atol", type=float, help="tolerance for continuous actions (default 0 on mindspore, else 1e-5)")

@@ -12,6 +12,8 @@
   one (the target) on a 4x4 grid; action Discrete(4) (up, down, left, right); reward +1 on reaching
   the target (the episode ends) and 0.1 per grid step closer (-0.1 per step away); 24-step limit.
   Optimal play returns 1 + 0.1 * (initial distance); random play rarely reaches the target.
+* ``MsrlTestAtariFrame-v0``: the same game drawn on a full-size Atari frame (210x160x3 uint8, 4x4
+  cells of 52x40 pixels): a stand-in for an ALE env with the shapes of the real camera input.
 """
 import gymnasium as gym
 import numpy as np
@@ -78,12 +80,13 @@ class DotToTarget(gym.Env):
     observation_space = spaces.Box(0, 255, (32, 32, 3), np.uint8)
     action_space = spaces.Discrete(4)
     MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
+    CELL = (8, 8)  # pixels per grid cell (rows, columns)
 
     def _frame(self):
-        img = np.zeros((32, 32, 3), np.uint8)
-        (ar, ac), (tr, tc) = self.agent, self.target
-        img[8 * tr:8 * tr + 8, 8 * tc:8 * tc + 8, 1] = 255
-        img[8 * ar:8 * ar + 8, 8 * ac:8 * ac + 8, 0] = 255
+        img = np.zeros(self.observation_space.shape, np.uint8)
+        (ar, ac), (tr, tc), (h, w) = self.agent, self.target, self.CELL
+        img[h * tr:h * tr + h, w * tc:w * tc + w, 1] = 255
+        img[h * ar:h * ar + h, w * ac:w * ac + w, 0] = 255
         return img
 
     def _dist(self):
@@ -106,8 +109,15 @@ class DotToTarget(gym.Env):
         return self._frame(), r, reached, False, {}
 
 
+class DotOnAtariFrame(DotToTarget):
+    observation_space = spaces.Box(0, 255, (210, 160, 3), np.uint8)
+    CELL = (52, 40)
+
+
 if "MsrlTestDot-v0" not in gym.registry:
     gym.register("MsrlTestDot-v0", entry_point=DotToTarget, max_episode_steps=24)
+if "MsrlTestAtariFrame-v0" not in gym.registry:
+    gym.register("MsrlTestAtariFrame-v0", entry_point=DotOnAtariFrame, max_episode_steps=24)
 
 for _id, _cls in (("MsrlTestMultiDiscrete-v0", MultiDiscreteTarget), ("MsrlTestMultiBinary-v0", MultiBinaryMatch),
                   ("MsrlTestDict-v0", DictGoal)):

@@ -75,7 +75,7 @@ def test_board_check_passes_without_msrl_or_mindspore(bundles, board_path, tmp_p
         r = board(board_path, d, "check", "--backend", "onnxruntime", "--latency-seconds", "0.1")
         assert r.returncode == 0, (name, r.stdout, r.stderr)
         assert "PASS" in r.stdout and "latency at batch 1" in r.stdout
-        rep = json.load(open(os.path.join(d, "report.json")))
+        rep = json.load(open(os.path.join(d, "report-check-onnxruntime.json")))
         assert rep["passed"] and rep["backend"] == "onnxruntime" and rep["latency"][0]["p99_us"] > 0
 
 

@@ -50,7 +50,7 @@ def test_verify_mindspore_bit_identical(cartpole_export, capsys):
     assert rc == 0 and r["passed"]
     assert r["golden"]["agreement"] == 1.0 and r["golden"]["bit_identical"]
     assert r["rollouts"]["identical_episodes"] == 3
-    assert os.path.isfile(os.path.join(cartpole_export, "report.md"))
+    assert os.path.isfile(os.path.join(cartpole_export, "report-verify-mindspore.md"))
 
 
 def test_verify_onnxruntime(cartpole_export):
@@ -70,6 +70,32 @@ def test_continuous_export_bit_identical_and_onnx_close(pendulum_export, pendulu
         assert g["actions"].min() >= -2.0 and g["actions"].max() <= 2.0
     m = read_manifest(pendulum_export)
     assert m.env["normalize_obs"] is True
+
+
+def test_verify_says_what_passed_and_keeps_one_report_per_backend_and_checker(pendulum_export, capsys):
+    import subprocess
+    import sys
+    # a continuous policy on ONNX Runtime: the rollouts pass within the tolerance, and the line says so
+    assert main(["verify", pendulum_export, "--backend", "onnxruntime", "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "rollouts: 2/2 within atol 1e-05, " in out and "bit-identical step for step" in out, out
+    assert main(["verify", pendulum_export, "--backend", "mindspore", "--episodes", "1"]) == 0
+    assert "rollouts: 1/1 identical step for step" in capsys.readouterr().out
+    proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime", "--latency-seconds", "0"],
+                          cwd=pendulum_export, capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # each result stays in its own file, with its backend: nothing was overwritten
+    reports = {}
+    for name in ("report-verify-onnxruntime.json", "report-verify-mindspore.json", "report-check-onnxruntime.json"):
+        with open(os.path.join(pendulum_export, name)) as fh:
+            reports[name] = json.load(fh)
+    assert [r["backend"] for r in reports.values()] == ["onnxruntime", "mindspore", "onnxruntime"]
+    assert reports["report-verify-onnxruntime.json"]["rollouts"]["episodes"] == 2
+    assert reports["report-verify-mindspore.json"]["rollouts"]["episodes"] == 1
+    for backend in ("onnxruntime", "mindspore"):
+        md = open(os.path.join(pendulum_export, f"report-verify-{backend}.md")).read()
+        assert f"backend: {backend}," in md
+    assert not os.path.exists(os.path.join(pendulum_export, "report.json"))
 
 
 def test_gsde_policy_exports_its_mean_and_verifies(tmp_path):

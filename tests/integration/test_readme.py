@@ -62,7 +62,9 @@ def test_readme_quickstart_and_whole_chain(tmp_path):
         timings.append((" ".join(argv), round(time.perf_counter() - t0, 1)))
         assert r.returncode == 0, (" ".join(argv), r.stdout[-2000:], r.stderr[-3000:])
     print("\n".join(f"{t:7.1f}s  {c}" for c, t in timings))
-    assert (tmp_path / "exports" / "cartpole" / "report.md").is_file()
+    # every verify and check of the chain keeps its own report (none overwrites another)
+    reports = sorted(p.name for p in (tmp_path / "exports" / "cartpole").glob("report-*"))
+    assert "report-verify-mindspore.md" in reports and "report-verify-onnxruntime.json" in reports, reports
 
 
 def test_readme_from_python(tmp_path):

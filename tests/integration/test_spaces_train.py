@@ -269,3 +269,68 @@ def test_image_ppo_is_bit_reproducible_and_resumes_exactly(tmp_path):
         assert algo.num_timesteps == 256
         resumed.append(algo.learn(d, progress=False)["params_sha256"])
     assert resumed[0] == resumed[1]
+
+
+ATARI_FRAME_CONFIG = """algorithm: ppo
+seed: 0
+total_timesteps: 64
+env:
+  id: MsrlTestAtariFrame-v0
+  n_envs: 2
+  frame_stack: 4
+  max_and_skip: 2
+policy:
+  net_arch: []
+  activation: relu
+  cnn: nature
+  grayscale: true
+  resize: [84, 84]
+algo:
+  n_steps: 32
+  batch_size: 32
+  n_epochs: 1
+eval:
+  freq: 0
+  episodes: 1
+"""
+
+
+def test_full_size_atari_frames_export_and_verify(tmp_path, capsys):
+    # the raw 210x160x3 uint8 frame, stacked 4 times (403,200 bytes per model input row), as the
+    # shipped Breakout config has it: train, export, verify on both backends, the bundle's check
+    import subprocess
+    import sys
+
+    import spaces_envs  # noqa: F401
+
+    from msrl_consistent.deploy import MAX_ROW_BYTES, Export, ExportError
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text(ATARI_FRAME_CONFIG)
+    run, out = str(tmp_path / "run"), str(tmp_path / "export")
+    assert main(["train", str(cfg), "--run-dir", run, "--quiet"]) == 0
+    assert main(["export", run, "--out", out, "--format", "mindir,onnx", "--golden", "48"]) == 0
+    capsys.readouterr()
+    assert main(["verify", out, "--episodes", "1"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["verify", out, "--backend", "onnxruntime", "--episodes", "1"]) == 0
+    m = read_manifest(out)
+    assert m.spaces["observation"]["shape"] == [210, 160, 3]
+    assert m.io["input"] == {"name": "obs", "shape": [None, 4 * 210 * 160 * 3], "dtype": "uint8"}
+    proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime", "--latency-seconds", "0"],
+                          cwd=out, capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the validator's limit is in bytes: a 4K RGB camera stacked 4 times (99.5 MB a row) is accepted,
+    # a row that cannot be held is refused naming the field
+    with open(os.path.join(out, "manifest.json")) as fh:
+        manifest = json.load(fh)
+
+    def declare(shape, k):
+        d = json.loads(json.dumps(manifest))
+        d["spaces"]["observation"]["shape"] = shape
+        d["spaces"]["observation"]["frame_stack"]["k"] = k
+        d["io"]["input"]["shape"] = [None, int(np.prod(shape)) * k]
+        return d
+    big = Export(out, declare([2160, 3840, 3], 4))
+    assert big.obs_dim * 1 == 2160 * 3840 * 3 * 4 <= MAX_ROW_BYTES
+    with pytest.raises(ExportError, match=r"field 'spaces.observation.shape' is \[65536, 65536, 3\]"):
+        Export(out, declare([65536, 65536, 3], 4))
