@@ -104,7 +104,8 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _reward_normalizer(self, n_envs: int) -> RewardNormalizer:
         if self.reward_norm is None:
-            self.reward_norm = RewardNormalizer(n_envs, self.gamma, self.cfg.env.normalize_reward_clip)
+            gather = self.dist.allgather if self.dist.world > 1 else None
+            self.reward_norm = RewardNormalizer(n_envs, self.gamma, self.cfg.env.normalize_reward_clip, gather=gather)
         return self.reward_norm
 
     def learn_loop(self, run: RunContext) -> None:
@@ -128,7 +129,6 @@ class OnPolicyAlgorithm(Algorithm):
         reward_norm = self._reward_normalizer(n_envs) if cfg.env.normalize_reward else None
         if reward_norm is not None:
             reward_norm.returns = np.zeros(n_envs, np.float64)  # (re)seeded envs start new episodes
-            rollout_returns = np.zeros((self.n_steps, n_envs), np.float64)
         phases = run.phases
         clock = time.perf_counter
         try:
@@ -146,7 +146,7 @@ class OnPolicyAlgorithm(Algorithm):
                     t2 = clock()
                     r_stored = rew
                     if reward_norm is not None:
-                        r_stored, rollout_returns[t] = reward_norm.step(rew, term | trunc)
+                        r_stored = reward_norm.step(rew, term | trunc)
                     buf.add(obs if rows is None else rows, a, logp, v, r_stored, term, trunc)
                     if np.any(trunc):
                         idx = np.nonzero(trunc & ~term)[0]
@@ -165,8 +165,6 @@ class OnPolicyAlgorithm(Algorithm):
                 t0 = clock()
                 if self.obs_rms is not None:  # every rank's rollout, merged in rank order
                     self.obs_rms.update(self.dist.allgather(buf.obs))
-                if reward_norm is not None:
-                    reward_norm.rms.update(self.dist.allgather(rollout_returns).reshape(-1))
                 buf.compute(self.values_of(obs), self.gamma, self.gae_lambda)
                 stats = self.train(buf)
                 # New statistics take effect after the update: frozen during a rollout and its update.

@@ -460,7 +460,9 @@ as RL-Zoo passes it). What differs, and cannot be set:
   statistics at every step and normalizes each observation with the statistics of that moment;
   msrl's observation statistics are Parameters of the policy cell (exported with it), merged
   after each rollout and frozen during a rollout and its update (acting and the loss see the
-  same normalization); the return statistics are merged after each rollout too.
+  same normalization). The return statistics, host-side and never exported, update at every
+  vector step as VecNormalize's do (in a data-parallel run with every rank's returns of that
+  step, gathered in rank order as float32, so all ranks scale alike).
 - **gSDE options.** `full_std=True`, `use_expln=False`, `learn_features=False` (SB3's PPO defaults,
   what these entries use) are the only gSDE variant: no `sde_net_arch`, no expln, no squashing.
   SB3 also draws new exploration matrices before every minibatch of the update phase

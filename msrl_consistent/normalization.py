@@ -4,8 +4,8 @@ The statistics the graph uses are non-trainable Parameters of :class:`ObsNormali
 they are checkpointed and exported with the cell (never left outside the model). The host
 keeps the exact running statistics in float64 (:class:`RunningMeanStd`, Welford/Chan
 parallel update, as Stable-Baselines3's VecNormalize) and pushes float32 copies into the
-Parameters between graph calls. During one rollout + update the statistics are frozen, so
-the log-probabilities recorded at collection time are the ones the update recomputes.
+Parameters between graph calls. During one rollout + update the observation statistics are
+frozen, so the log-probabilities recorded at collection time are the ones the update recomputes.
 """
 from __future__ import annotations
 
@@ -40,27 +40,29 @@ class RunningMeanStd:
 
 
 class RewardNormalizer:
-    """Reward scaling as Stable-Baselines3's VecNormalize(norm_reward=True): rewards are divided
-    by the standard deviation of the discounted return ``R <- gamma * R + r`` (reset at episode
-    ends) and clipped to [-clip, clip]. Host-side only: the policy cell and so the export never
-    see it (a deployed policy acts on observations, not rewards).
+    """Reward scaling as Stable-Baselines3's VecNormalize(norm_reward=True): at every vector step the
+    discounted return ``R <- gamma * R + r`` (reset at episode ends) updates the running variance,
+    then the rewards are divided by its standard deviation and clipped to [-clip, clip] (so the
+    first rollout is scaled too). Host-side only: the policy cell and so the export never see it
+    (a deployed policy acts on observations, not rewards).
 
-    The statistics are frozen during a rollout and updated afterwards with the rollout's
-    returns (every rank's, merged in rank order), as the observation statistics are; SB3
-    updates them at every step of one process."""
+    ``gather`` (data-parallel runs) stacks every rank's returns of the step in rank order, so all
+    ranks update with the same values and keep identical statistics; in one process it is the
+    identity and the statistics match VecNormalize's to float64 rounding."""
 
-    def __init__(self, n_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+    def __init__(self, n_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8, gather=None):
         self.rms = RunningMeanStd(())
         self.gamma, self.clip, self.eps = float(gamma), float(clip), float(eps)
         self.returns = np.zeros(n_envs, np.float64)
+        self.gather = gather
 
-    def step(self, rewards: np.ndarray, dones: np.ndarray) -> tuple:
-        """(scaled rewards as float32, the discounted returns after this step) for one vector step."""
+    def step(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """The scaled rewards (float32) of one vector step, after updating the statistics with it."""
         self.returns = self.returns * self.gamma + rewards
-        ret = self.returns.copy()
-        self.returns[np.asarray(dones, bool)] = 0.0
+        self.rms.update(self.returns if self.gather is None else self.gather(self.returns).reshape(-1))
         scaled = np.clip(rewards / np.sqrt(self.rms.var + self.eps), -self.clip, self.clip)
-        return scaled.astype(np.float32), ret
+        self.returns[np.asarray(dones, bool)] = 0.0
+        return scaled.astype(np.float32)
 
     def state(self) -> dict:
         return self.rms.state()

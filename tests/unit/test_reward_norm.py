@@ -13,25 +13,44 @@ from msrl_consistent.normalization import RewardNormalizer, RunningMeanStd
 
 
 def test_scaled_rewards_follow_vecnormalize():
+    # Stable-Baselines3's VecNormalize.step_wait, step by step: returns = returns * gamma + reward,
+    # ret_rms.update(returns), reward / sqrt(ret_rms.var + eps) clipped, returns[dones] = 0
     rng = np.random.default_rng(0)
     gamma, clip, eps = 0.9, 5.0, 1e-8
     norm = RewardNormalizer(3, gamma, clip, eps)
     ref_rms, ref_ret = RunningMeanStd(()), np.zeros(3)
-    for _rollout in range(4):
-        rets = []
-        for _ in range(16):
-            r = rng.normal(3.0, 2.0, 3)
-            done = rng.random(3) < 0.1
-            scaled, ret = norm.step(r, done)
-            ref_ret = ref_ret * gamma + r  # VecNormalize: returns = returns * gamma + reward
-            want = np.clip(r / np.sqrt(ref_rms.var + eps), -clip, clip)  # normalize_reward
-            np.testing.assert_allclose(scaled, want.astype(np.float32), rtol=1e-6)
-            np.testing.assert_array_equal(ret, ref_ret)
-            rets.append(ref_ret.copy())
-            ref_ret[done] = 0.0  # returns[dones] = 0
-        norm.rms.update(np.asarray(rets).reshape(-1))  # frozen during a rollout, updated after
-        ref_rms.update(np.asarray(rets).reshape(-1))
+    for t in range(64):
+        r = rng.normal(3.0, 2.0, 3)
+        done = rng.random(3) < 0.1
+        scaled = norm.step(r, done)
+        ref_ret = ref_ret * gamma + r
+        ref_rms.update(ref_ret)
+        want = np.clip(r / np.sqrt(ref_rms.var + eps), -clip, clip)
+        np.testing.assert_allclose(scaled, want.astype(np.float32), rtol=1e-6)
+        if t == 0:  # the very first step is scaled already (by the first returns' spread)
+            assert not np.allclose(scaled, np.clip(r, -clip, clip).astype(np.float32))
+        ref_ret[done] = 0.0
+        np.testing.assert_array_equal(norm.returns, ref_ret)
+    assert norm.rms.var == ref_rms.var and norm.rms.count == ref_rms.count
     assert ref_rms.var > 1.0  # the scale is not trivial
+
+
+def test_ranks_update_with_every_ranks_returns_in_rank_order():
+    # data-parallel: each rank's normalizer is fed the gathered returns of all ranks, so the
+    # statistics stay identical on every rank
+    rng = np.random.default_rng(1)
+    steps = [(rng.normal(size=(2, 3)), rng.random((2, 3)) < 0.2) for _ in range(20)]
+    ranks = [RewardNormalizer(3, 0.99), RewardNormalizer(3, 0.99)]
+    single = RewardNormalizer(6, 0.99)
+    for r, d in steps:
+        # what Dist.allgather returns on every rank: this step's returns of rank 0 and 1, float32
+        gathered = np.stack([n.returns * n.gamma + r[i] for i, n in enumerate(ranks)]).astype(np.float32)
+        for i, n in enumerate(ranks):
+            n.gather = lambda _ret, g=gathered: g
+            n.step(r[i], d[i])
+        single.step(r.reshape(-1), d.reshape(-1))
+    assert ranks[0].rms.var == ranks[1].rms.var and ranks[0].rms.count == ranks[1].rms.count == 1e-4 + 6 * 20
+    np.testing.assert_allclose(ranks[0].rms.var, single.rms.var, rtol=1e-5)  # float32 through the gather
 
 
 def test_ppo_with_reward_normalization_checkpoints_and_exports_without_it(tmp_path):
