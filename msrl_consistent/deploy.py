@@ -1221,15 +1221,17 @@ class FrameStack:
 
 
 class MaxAndSkip:
-    """Action repeat with flicker removal, as Stable-Baselines3's MaxAndSkipEnv (Atari): every
-    agent action is sent ``skip`` times to an environment that renders every frame, the rewards
-    are summed, and the observation is the pixel-wise maximum of the last two frames of the
-    repeat (the one frame when the episode ended at the first step of the repeat; SB3 would then
-    max with a frame left over from an earlier repeat). It spans emulator frames, so it cannot be
-    in the policy cell: the training environment (envs.MaxAndSkipEnv), the evaluation episodes and
-    a deployment loop all call :meth:`repeat`; the manifest records it
-    (``spaces.observation.max_and_skip``: kind, skip, pool) and ``Policy.max_and_skip`` gives it
-    back to the deploying code::
+    """Action repeat with flicker removal, exactly as Stable-Baselines3's MaxAndSkipEnv (Atari):
+    every agent action is sent ``skip`` times to an environment that renders every frame, the
+    rewards are summed, and the observation is the pixel-wise maximum of a two-frame buffer that
+    receives the repeat's frames ``skip - 2`` and ``skip - 1``. The buffer lives across repeats and
+    episodes, as SB3's ``_obs_buffer``: when an episode ends early in a repeat, the frames the
+    repeat did not reach are still the previous repeat's (so the terminal observation is SB3's,
+    frame for frame; only a truncated episode's bootstrap value reads it). It spans emulator
+    frames, so it cannot be in the policy cell: the training environment (envs.MaxAndSkipEnv), the
+    evaluation episodes and a deployment loop all call :meth:`repeat`, one object per environment;
+    the manifest records it (``spaces.observation.max_and_skip``: kind, skip, pool) and
+    ``Policy.max_and_skip`` gives it back to the deploying code::
 
         obs, reward, terminated, truncated, info = policy.max_and_skip.repeat(device_step, action)
     """
@@ -1241,23 +1243,22 @@ class MaxAndSkip:
         if int(skip) < 2:
             raise ValueError(f"max-and-skip needs skip >= 2, got {skip}")
         self.skip = int(skip)
-
-    @staticmethod
-    def pool(frames) -> np.ndarray:
-        """The pixel-wise maximum of the last two frames (the frame itself when there is one)."""
-        return frames[-1] if len(frames) == 1 else np.maximum(frames[-2], frames[-1])
+        self.frames: Optional[np.ndarray] = None  # SB3's _obs_buffer, zeros until the first frame
 
     def repeat(self, step, action):
         """``step(action)`` (gymnasium's 5-tuple) up to ``skip`` times, stopping where the episode
         ends: (pooled observation, summed reward, terminated, truncated, the last info)."""
-        total, last = 0.0, []
-        for _ in range(self.skip):
+        total = 0.0
+        for i in range(self.skip):
             obs, reward, terminated, truncated, info = step(action)
+            if self.frames is None:
+                self.frames = np.zeros((2,) + np.shape(obs), np.asarray(obs).dtype)
+            if i >= self.skip - 2:
+                self.frames[i - self.skip + 2] = obs
             total += float(reward)
-            last = (last + [obs])[-2:]
             if terminated or truncated:
                 break
-        return self.pool(last), total, terminated, truncated, info
+        return self.frames.max(axis=0), total, terminated, truncated, info
 
     def spec(self) -> dict:
         return {"kind": self.KIND, "skip": self.skip, "pool": self.POOL}

@@ -395,19 +395,56 @@ def test_max_and_skip_repeats_sums_and_pools_the_last_two_frames():
     assert obs[0, :, 0].tolist() == [4, 0, 3]  # frames 3 (t=2) and 4 (t=3), max per pixel
     assert MaxAndSkip(4).spec() == {"kind": "max_and_skip", "skip": 4, "pool": "max_last_2"}
 
-    ends = iter([False, True, False])  # the episode ends at the 2nd frame: the repeat stops there
-
-    def ending(action):
-        done = next(ends)
-        return np.full((1, 1, 1), 7 if done else 9, np.uint8), 1.0, done, False, {}
-    obs, r, term, _, _ = MaxAndSkip(3).repeat(ending, 0)
-    assert term and r == 2.0 and obs[0, 0, 0] == 9  # max(9, 7)
-    single = iter([True])
-    obs, r, term, _, _ = MaxAndSkip(2).repeat(lambda a: (np.full((1, 1, 1), 5, np.uint8), 1.0, next(single),
-                                                         False, {}), 0)
-    assert term and r == 1.0 and obs[0, 0, 0] == 5  # ended at the first frame: that frame
     with pytest.raises(ValueError, match="skip >= 2"):
         MaxAndSkip(1)
+
+
+def sb3_max_and_skip(skip):
+    """Stable-Baselines3's MaxAndSkipEnv.step (atari_wrappers.py), transcribed: the reference."""
+    buf = {}
+
+    def step_fn(env_step, action):
+        total, terminated, truncated = 0.0, False, False
+        for i in range(skip):
+            obs, reward, terminated, truncated, info = env_step(action)
+            if "b" not in buf:
+                buf["b"] = np.zeros((2,) + obs.shape, obs.dtype)  # _obs_buffer, made in __init__
+            if i == skip - 2:
+                buf["b"][0] = obs
+            if i == skip - 1:
+                buf["b"][1] = obs
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return buf["b"].max(axis=0), total, terminated, truncated, info
+    return step_fn
+
+
+@pytest.mark.parametrize("skip", [2, 3, 4])
+def test_max_and_skip_equals_sb3_including_episodes_that_end_inside_a_repeat(skip):
+    from msrl_consistent.deploy import MaxAndSkip
+
+    def frames(seed):  # random frames, episodes ending after every possible number of frames
+        rng = np.random.default_rng(seed)
+        ends = rng.random(400) < 0.15
+        it = iter(range(400))
+
+        def step(action):
+            t = next(it)
+            return rng.integers(0, 256, (3, 2, 3), np.uint8), float(t), bool(ends[t]), False, {"t": t}
+        return step
+    ours, ref = MaxAndSkip(skip), sb3_max_and_skip(skip)
+    a, b = frames(skip), frames(skip)
+    ended_at, last = set(), -1
+    for _ in range(400 // skip - 1):
+        o1, r1, t1, u1, i1 = ours.repeat(a, 1)
+        o2, r2, t2, u2, i2 = ref(b, 1)
+        assert np.array_equal(o1, o2) and r1 == r2 and t1 == t2 and u1 == u2 and i1 == i2, i1
+        if t1:
+            ended_at.add(i1["t"] - last)  # frames the repeat reached
+        last = i1["t"]
+    assert ended_at == set(range(1, skip + 1))  # episodes ended after every possible number of frames
+
 
 
 def test_max_and_skip_env_config_manifest_and_policy(tmp_path):
