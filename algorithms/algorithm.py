@@ -18,6 +18,7 @@ from mindspore import Tensor, nn
 
 import msrl_consistent
 from msrl_consistent import checkpoint as ckpt
+from msrl_consistent import runlock
 from msrl_consistent.config import Config, load_config, to_dict
 from msrl_consistent.determinism import configure_mindspore, params_sha256, seed_everything
 from msrl_consistent.distributed import current as current_dist
@@ -171,14 +172,16 @@ class Algorithm:
 
         SIGINT/SIGTERM finish the current update, write a checkpoint atomically, record the
         interruption in metrics.jsonl and raise TrainingInterrupted (exit 130 / 143)."""
-        run = RunContext(self, run_dir, progress)
-        try:
-            with StopOnSignals(self.request_stop) as self.signals:
-                self.learn_loop(run)
-                return run.finish()
-        finally:
-            self.signals = None
-            run.close()
+        os.makedirs(run_dir, exist_ok=True)
+        with runlock.hold(run_dir):  # one training process per run directory
+            run = RunContext(self, run_dir, progress)
+            try:
+                with StopOnSignals(self.request_stop) as self.signals:
+                    self.learn_loop(run)
+                    return run.finish()
+            finally:
+                self.signals = None
+                run.close()
 
     @classmethod
     def resume(cls, run_dir: str) -> "Algorithm":

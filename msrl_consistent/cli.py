@@ -11,7 +11,7 @@ import shutil
 import sys
 from typing import List, Optional
 
-from . import __version__
+from . import __version__, runlock
 from .checkpoint import CheckpointError
 from .config import ConfigError
 from .optional import MissingOptionalPackage
@@ -30,10 +30,7 @@ def _quiet_mindspore_logs() -> None:
 
 
 def cmd_train(args) -> int:
-    from . import registry
-    from .checkpoint import atomic_write_text
-    from .config import dump_config
-    from .distributed import WORKER_ENV, init_if_worker
+    from .distributed import WORKER_ENV
     from .training import default_run_dir, resolve
 
     if args.resume:
@@ -57,6 +54,19 @@ def cmd_train(args) -> int:
             raise UsageError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
         created = not os.path.isdir(run_dir)
         os.makedirs(run_dir, exist_ok=True)
+    with runlock.hold(run_dir):  # a launcher's workers find it held for them
+        return _train_locked(args, cfg, run_dir, worker, created)
+
+
+def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool) -> int:
+    from . import registry
+    from .checkpoint import atomic_write_text
+    from .config import dump_config
+    from .distributed import init_if_worker
+
+    if not worker:
+        if set(os.listdir(run_dir)) - {runlock.LOCK_FILE}:  # another process started it a moment ago
+            raise UsageError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
         atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
         if args.workers > 1:
             from .distributed import launch
@@ -77,7 +87,7 @@ def cmd_train(args) -> int:
     except BaseException:
         # Nothing was trained (say, the environment's package is missing): leave no run directory
         # behind, so the same command works once the cause is fixed.
-        if created and os.listdir(run_dir) == ["config.yaml"]:
+        if created and set(os.listdir(run_dir)) <= {"config.yaml", runlock.LOCK_FILE}:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
@@ -85,15 +95,20 @@ def cmd_train(args) -> int:
 
 
 def _resume(args) -> int:
-    from . import registry
-    from .config import load_config
-
     run_dir = args.resume
     if args.config or args.set or args.seed is not None or args.total_timesteps is not None:
         raise UsageError("--resume RUN_DIR takes the run's own config.yaml; do not pass CONFIG, --set, --seed or "
                          "--total-timesteps with it")
     if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
         raise UsageError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+    with runlock.hold(run_dir):
+        return _resume_locked(args, run_dir)
+
+
+def _resume_locked(args, run_dir: str) -> int:
+    from . import registry
+    from .config import load_config
+
     cfg = load_config(os.path.join(run_dir, "config.yaml"))
     algo = registry.get(cfg.algorithm).resume(run_dir)
     if algo.num_timesteps >= cfg.total_timesteps and os.path.isfile(os.path.join(run_dir, "summary.json")):

@@ -28,6 +28,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from .runlock import held_env
+
 WORKER_ENV = "MSRL_WORKER"
 
 
@@ -229,7 +231,8 @@ def launch(entry_args: List[str], workers: int, run_dir: str, master_port: int) 
     cmd = msrun_command(entry, entry_args, workers, master_port, log_dir, msrun=msrun)
     msrun_log = os.path.join(log_dir, MSRUN_LOG)
     with open(msrun_log, "w") as fh:
-        proc = subprocess.run(cmd, env=worker_env(), stdout=fh, stderr=subprocess.STDOUT)
+        # the launcher holds the run directory's lock for its workers (runlock)
+        proc = subprocess.run(cmd, env=held_env(run_dir, worker_env()), stdout=fh, stderr=subprocess.STDOUT)
     if proc.returncode == 0:
         return 0
     bad = failed_ranks(log_dir, os.path.join(run_dir, "ranks"))

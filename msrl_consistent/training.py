@@ -45,7 +45,7 @@ def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Op
     ``overrides`` are ``KEY=VALUE`` strings as for ``msrl train --set`` (``"eval.freq=0"``).
     Raises ConfigError for an invalid config, TrainingInterrupted on SIGINT/SIGTERM (after a
     checkpoint), NonFiniteError on a non-finite loss or parameter."""
-    from . import registry
+    from . import registry, runlock
     from .checkpoint import atomic_write_text
 
     cfg = resolve(config, seed, total_timesteps, overrides)
@@ -53,5 +53,8 @@ def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Op
     if os.path.isdir(run_dir) and os.listdir(run_dir):
         raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run_dir")
     os.makedirs(run_dir, exist_ok=True)
-    atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
-    return registry.get(cfg.algorithm)(cfg).learn(run_dir, progress=progress)
+    with runlock.hold(run_dir):
+        if set(os.listdir(run_dir)) - {runlock.LOCK_FILE}:
+            raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run_dir")
+        atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
+        return registry.get(cfg.algorithm)(cfg).learn(run_dir, progress=progress)

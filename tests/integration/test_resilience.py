@@ -249,3 +249,47 @@ def test_soak_20_interrupt_resume_cycles(tmp_path, monkeypatch):
     assert main(["eval", str(run), "--episodes", "2"]) == 0
     events = [json.loads(line)["event"] for line in open(run / "metrics.jsonl") if '"event"' in line]
     assert events.count("interrupted") == 20 and events.count("resumed") == 20
+
+
+def test_a_run_directory_is_trained_by_one_process_at_a_time(tmp_path):
+    # A scheduler restarts a job whose old process is still alive: the second `msrl train --resume`
+    # is refused naming the holder; once the holder is SIGKILLed, --resume just works.
+    import socket
+
+    from msrl_consistent.config import ConfigError
+    from msrl_consistent.runlock import LOCK_FILE
+    from msrl_consistent.training import train
+    run = str(tmp_path / "run")
+    sets = [a for s in SHORT + ["checkpoint.freq=256", "log.tensorboard=false"] for a in ("--set", s)]
+    env = dict(os.environ, GLOG_v="3")
+    cmd = [sys.executable, "-m", "msrl_consistent", "train", os.path.join(CONFIGS, "ppo/CartPole-v1.yaml"),
+           "--run-dir", run, "--total-timesteps", "100000", "--quiet"] + sets
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 240
+        while not (os.path.isdir(os.path.join(run, "checkpoints")) and ckpt.newest_intact(os.path.join(run, "checkpoints"))):
+            assert first.poll() is None and time.time() < deadline, first.communicate()
+            time.sleep(0.5)
+        second = subprocess.run([sys.executable, "-m", "msrl_consistent", "train", "--resume", run, "--quiet"],
+                                env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stdout + second.stderr
+        err = [ln for ln in second.stderr.splitlines() if ln.strip()]
+        assert len(err) == 1 and err[0].startswith("msrl: error: run directory "), second.stderr
+        assert f"PID {first.pid} on host {socket.gethostname()}" in err[0]
+        with pytest.raises(ConfigError, match=f"PID {first.pid}"):  # the Python API's learn is refused too
+            PPO.resume(run).learn(run, progress=False)
+        with pytest.raises(ConfigError, match="not empty"):
+            train("ppo/CartPole-v1", run_dir=run)
+        events = [json.loads(ln).get("event") for ln in open(os.path.join(run, "metrics.jsonl"))]
+        assert "resumed" not in events  # the refused processes wrote nothing
+    finally:
+        first.kill()  # SIGKILL: no handler runs, the kernel drops the lock
+        first.wait()
+    assert os.path.isfile(os.path.join(run, LOCK_FILE))  # a stale record, no lock: nothing to clean up
+    small = [sys.executable, "-c", "import sys, yaml; p = sys.argv[1]; c = yaml.safe_load(open(p)); "
+             "c['total_timesteps'] = 2048; open(p, 'w').write(yaml.safe_dump(c))", os.path.join(run, "config.yaml")]
+    subprocess.run(small, check=True)
+    again = subprocess.run([sys.executable, "-m", "msrl_consistent", "train", "--resume", run, "--quiet"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert os.path.isfile(os.path.join(run, "summary.json"))

@@ -1,0 +1,87 @@
+"""One training process per run directory, held with an OS file lock.
+
+Two processes training the same run directory (a scheduler restarting a job whose old process is
+still alive) would both write checkpoints, append to metrics.jsonl and share the TensorBoard
+directory. :func:`hold` takes an exclusive ``flock`` on ``RUN_DIR/.msrl-train.lock`` for as long as
+training runs: the kernel drops it when the holder exits, however it exits (a SIGKILLed holder
+leaves nothing to clean up, and ``msrl train --resume`` then just works). The file records the
+holder's PID, host and start time, so the refused process can say who holds the directory; the
+record is information only, the lock is the flock.
+
+Data-parallel runs: the launcher holds the lock and starts its msrun workers with
+``MSRL_RUN_LOCK_HELD`` naming the directory; a worker of that directory does not lock again.
+Re-entrant within a process (the CLI locks before it writes config.yaml, ``Algorithm.learn`` locks
+again). On a platform without ``fcntl`` (Windows) no lock is taken.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from typing import Dict, Iterator
+
+from .config import ConfigError
+
+LOCK_FILE = ".msrl-train.lock"
+HELD_ENV = "MSRL_RUN_LOCK_HELD"
+"""Set by a data-parallel launcher to the run directory whose lock it holds for its workers."""
+
+_HELD: Dict[str, int] = {}  # run directory (realpath) -> file descriptor, in this process
+
+
+class RunDirBusy(ConfigError):
+    """Another live process is training this run directory (exit 2)."""
+
+
+def _key(run_dir: str) -> str:
+    return os.path.realpath(run_dir)
+
+
+def _holder(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            info = json.loads(fh.read() or "{}")
+        return (f"PID {info.get('pid', '?')} on host {info.get('host', '?')} "
+                f"(since {info.get('started', '?')})")
+    except (OSError, ValueError):
+        return "another process"
+
+
+@contextlib.contextmanager
+def hold(run_dir: str) -> Iterator[None]:
+    """Hold ``run_dir``'s training lock for the ``with`` block; raises RunDirBusy, naming the
+    holder's PID and host, when a live process holds it."""
+    key = _key(run_dir)
+    if key in _HELD or os.environ.get(HELD_ENV) == key:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover  (Windows)
+        yield
+        return
+    path = os.path.join(run_dir, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RunDirBusy(f"run directory {run_dir} is being trained by {_holder(path)}; wait for that process "
+                         f"to end (or stop it), then resume with: msrl train --resume {run_dir}") from None
+    try:
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode("utf-8"), 0)
+        _HELD[key] = fd
+        yield
+    finally:
+        _HELD.pop(key, None)
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+def held_env(run_dir: str, environ: Dict[str, str]) -> Dict[str, str]:
+    """``environ`` for the workers of a data-parallel launcher that holds ``run_dir``'s lock."""
+    return dict(environ, **{HELD_ENV: _key(run_dir)})
