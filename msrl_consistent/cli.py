@@ -293,9 +293,13 @@ def cmd_configs(args) -> int:
 def cmd_plot(args) -> int:
     from .plot import plot_runs
 
+    from .plot import METRICS, XAXES
+
     groups = plot_runs(args.run_dirs, args.out, x=args.x, metric=args.metric, title=args.title)
     runs = sum(len(g.curves) for g in groups)
-    print(f"msrl: plotted {runs} run(s) in {len(groups)} group(s) -> {args.out}")
+    first = min(float(c.x[0]) for g in groups for c in g.curves)
+    print(f"msrl: plotted {runs} run(s) in {len(groups)} group(s): {METRICS[args.metric][2]} against "
+          f"{XAXES[args.x][1]} from {first:g} -> {args.out}")
     return 0
 
 
@@ -384,8 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("--out", default="learning-curves.png", help="image file to write (default learning-curves.png)")
     pl.add_argument("--x", default="steps", choices=["steps", "time"], help="x axis: environment steps or wall time")
-    pl.add_argument("--metric", default="eval", choices=["eval", "train"],
-                    help="eval: periodic evaluation mean return; train: mean return of recent training episodes")
+    pl.add_argument("--metric", default="train", choices=["train", "eval"],
+                    help="train (default): mean return of the recent training episodes, from the first rollout on; "
+                         "eval: the periodic evaluation's mean return (deterministic policy, every eval.freq steps)")
     pl.add_argument("--title", help="plot title (default: the algorithms and environments)")
     pl.set_defaults(func=cmd_plot)
 

@@ -5,10 +5,11 @@ hyper-parameters) form a group. A group of several seeds is drawn as its mean wi
 standard deviation band, each run interpolated onto a common x grid over the range every seed
 covers (nothing is extrapolated); a group of one run is its own line.
 
-Read from ``metrics.jsonl``: ``--metric eval`` plots the ``mean_return`` of the ``kind: eval``
-rows (periodic evaluation with the deterministic policy, and the final one); ``--metric train``
-plots the ``recent_mean_return`` of the ``kind: train`` rows (mean return of the last
-``log.window`` training episodes). ``--x steps`` uses each row's ``step``; ``--x time`` its
+Read from ``metrics.jsonl``: ``--metric train`` (the default) plots the ``recent_mean_return``
+of the ``kind: train`` rows (mean return of the last ``log.window`` training episodes, one point
+per rollout or log interval, so the curve starts at the first update and shows learning);
+``--metric eval`` plots the ``mean_return`` of the ``kind: eval`` rows (periodic evaluation with
+the deterministic policy every ``eval.freq`` steps, and the final one: few points, none at step 0). ``--x steps`` uses each row's ``step``; ``--x time`` its
 ``time`` (seconds since the logger started; a resumed run continues from its last time).
 
 matplotlib is an optional package (the ``plot`` extra).
@@ -133,7 +134,7 @@ def band(curves: Sequence[Curve], points: int = GRID_POINTS) -> Tuple[np.ndarray
     return grid, ys.mean(0), ys.std(0)
 
 
-def plot_runs(run_dirs: Sequence[str], out: str, x: str = "steps", metric: str = "eval",
+def plot_runs(run_dirs: Sequence[str], out: str, x: str = "steps", metric: str = "train",
               title: Optional[str] = None) -> List[Group]:
     """Write the learning curves of ``run_dirs`` to ``out`` (PNG, or any format matplotlib knows
     from the suffix); returns the groups drawn."""

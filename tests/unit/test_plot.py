@@ -77,9 +77,18 @@ def test_plot_writes_a_png(runs, tmp_path, metric, x):
 
 def test_cli_plot(runs, tmp_path):
     out = tmp_path / "cli.png"
-    r = msrl("plot", *runs, "--out", out, "--metric", "train")
+    r = msrl("plot", *runs, "--out", out, "--metric", "eval")
     assert r.returncode == 0, r.stderr
-    assert "6 run(s) in 2 group(s)" in r.stdout and out.stat().st_size > 20_000
+    assert "6 run(s) in 2 group(s): evaluation mean return" in r.stdout and out.stat().st_size > 20_000
+    assert "from 4000 " in r.stdout  # the first periodic evaluation
+
+
+def test_cli_plot_default_draws_the_training_return_from_the_first_rollout(runs, tmp_path):
+    # the README's command (no --metric) draws the curve that shows learning, from the first update on
+    out = tmp_path / "default.png"
+    r = msrl("plot", *runs, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert "training mean return (recent episodes) against environment steps from 2000 " in r.stdout, r.stdout
 
 
 def test_not_a_run_directory(tmp_path):
