@@ -291,9 +291,7 @@ def cmd_configs(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .plot import plot_runs
-
-    from .plot import METRICS, XAXES
+    from .plot import METRICS, XAXES, plot_runs
 
     groups = plot_runs(args.run_dirs, args.out, x=args.x, metric=args.metric, title=args.title)
     runs = sum(len(g.curves) for g in groups)

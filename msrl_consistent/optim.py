@@ -11,6 +11,9 @@ scalar ops per step more, nothing per parameter.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+
 from mindspore import nn, ops
 
 _step = ops.MultitypeFuncGraph("msrl_adam_step")
@@ -29,7 +32,8 @@ class Adam(nn.Adam):
     no lazy, offload or AMSGrad variants."""
 
     def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
-        super().__init__(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps)
+        with _without_sparse_adam_notice():
+            super().__init__(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps)
         self.hyper = ops.HyperMap()
 
     def construct(self, gradients):
@@ -42,3 +46,29 @@ class Adam(nn.Adam):
         eps = self.eps * ops.sqrt(1.0 - beta2_power)
         return self.hyper(ops.partial(_step, self.opt, beta1_power, beta2_power, self.beta1, self.beta2, eps, lr),
                           gradients, self._parameters, self.moment1, self.moment2)
+
+
+class _DropSparseAdamNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "'FusedSparseAdam' is deprecated" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_sparse_adam_notice():
+    """``nn.Adam.__init__`` always builds a ``FusedSparseAdam`` primitive for sparse gradients, and
+    MindSpore 2.8+ logs that it is deprecated on every user's console. This Adam never takes the
+    sparse path (dense gradients only), so that one notice is filtered on MindSpore's logger while
+    the base class is built; every other message passes. (``mindspore.log`` has no public accessor
+    for its logger; without it, the notice simply shows.)"""
+    from mindspore import log as ms_log
+
+    get = getattr(ms_log, "_get_logger", None)
+    logger = get() if callable(get) else None
+    notice = _DropSparseAdamNotice()
+    if logger is not None:
+        logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        if logger is not None:
+            logger.removeFilter(notice)

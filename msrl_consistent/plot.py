@@ -9,7 +9,8 @@ Read from ``metrics.jsonl``: ``--metric train`` (the default) plots the ``recent
 of the ``kind: train`` rows (mean return of the last ``log.window`` training episodes, one point
 per rollout or log interval, so the curve starts at the first update and shows learning);
 ``--metric eval`` plots the ``mean_return`` of the ``kind: eval`` rows (periodic evaluation with
-the deterministic policy every ``eval.freq`` steps, and the final one: few points, none at step 0). ``--x steps`` uses each row's ``step``; ``--x time`` its
+the deterministic policy every ``eval.freq`` steps, and the final one: few points, none at step 0).
+``--x steps`` uses each row's ``step``; ``--x time`` its
 ``time`` (seconds since the logger started; a resumed run continues from its last time).
 
 matplotlib is an optional package (the ``plot`` extra).

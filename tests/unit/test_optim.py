@@ -50,3 +50,17 @@ def test_adam_matches_torchs_formula_not_mindsporess():
     d_ref, d_ours, d_theirs = ref - p0, ours - p0, theirs - p0
     np.testing.assert_allclose(d_ours, d_ref, rtol=1e-3, atol=6e-7)
     assert np.median(np.abs(d_theirs - d_ref) / np.abs(d_ref)) > 0.1  # MindSpore's placement: far off
+
+
+def test_building_the_optimizer_prints_no_mindspore_deprecation_notice():
+    # nn.Adam builds a FusedSparseAdam primitive (never used here) and MindSpore logs that it is
+    # deprecated; a user of the Python API (no GLOG_v set) should not see it, other messages should
+    import os
+    import subprocess
+    import sys
+    code = ("from mindspore import nn, log\nfrom msrl_consistent.optim import Adam\n"
+            "Adam(nn.Dense(2, 2).trainable_params())\nlog.warning('a message that passes')\n")
+    env = {k: v for k, v in os.environ.items() if k != "GLOG_v"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "a message that passes" in r.stderr and "FusedSparseAdam" not in r.stderr, r.stderr
