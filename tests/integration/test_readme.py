@@ -1,10 +1,10 @@
-"""The README's commands, run from the README's text (issue 13): the quickstart and every
+"""The README's commands, run from the README's text: the quickstart and every
 command of "The whole chain" verbatim, then the "From Python" script with a smaller budget.
 
 Each command runs in a subprocess with its working directory a fresh temporary directory
 holding a symlink to configs/, as a newcomer runs them after the README's set-up command
 (`pip install -e .`, which the test environment already did). The quickstart trains CartPole
-at its full budget (100k steps, ~1 min): the one full-length training of the suite."""
+at its full budget (100k steps): the one full-length training of the suite."""
 import os
 import re
 import shlex
@@ -42,6 +42,29 @@ def msrl_commands(text):
 def msrl_program():
     exe = os.path.join(os.path.dirname(sys.executable), "msrl")
     return [exe] if os.path.isfile(exe) else [sys.executable, "-m", "msrl_consistent"]
+
+
+def github_anchor(heading: str) -> str:
+    """The fragment GitHub gives a Markdown heading: lower case, punctuation dropped, spaces -> '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_in_readme_and_docs_point_to_existing_files_and_headings():
+    sources = [README] + [os.path.join(ROOT, "docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md")]
+    broken = []
+    for src in sources:
+        text = open(src, encoding="utf-8").read()
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)", text):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(src), target)) if target else src
+            if not os.path.exists(path):
+                broken.append(f"{os.path.relpath(src, ROOT)}: {target} does not exist")
+            elif anchor and path.endswith(".md"):
+                headings = re.findall(r"^#+ (.+)$", open(path, encoding="utf-8").read(), re.M)
+                if anchor not in {github_anchor(h) for h in headings}:
+                    broken.append(f"{os.path.relpath(src, ROOT)}: {target}#{anchor} has no such heading")
+    assert not broken, broken
 
 
 def test_readme_parsing_finds_the_chain():
