@@ -74,3 +74,41 @@ def test_off_policy_refuses_reward_normalization():
     cfg = load_config(os.path.join(CONFIGS, "sac/Pendulum-v1.yaml"), ["env.normalize_reward=true"])
     with pytest.raises(ConfigError, match="normalize_reward"):
         registry.get("sac")(cfg)
+
+
+def test_scaled_rewards_equal_stable_baselines3_vecnormalize():
+    # with the bench extra installed: SB3's own VecNormalize fed the same rewards and dones
+    pytest.importorskip("stable_baselines3")
+    import gymnasium as gym
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    rng = np.random.default_rng(3)
+    n, steps, gamma = 4, 300, 0.99
+    rewards = rng.normal(-6.0, 4.0, (steps, n))  # Pendulum-like: negative, std of the return ~ tens
+    dones = rng.random((steps, n)) < 0.01
+
+    class Scripted(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def __init__(self, i):
+            self.i, self.t = i, 0
+
+        def reset(self, seed=None, options=None):
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            r, d = rewards[self.t, self.i], dones[self.t, self.i]
+            self.t += 1
+            return np.zeros(1, np.float32), float(r), bool(d), False, {}
+
+    venv = VecNormalize(DummyVecEnv([lambda i=i: Scripted(i) for i in range(n)]), norm_obs=False, gamma=gamma)
+    venv.reset()
+    ours = RewardNormalizer(n, gamma, 10.0, 1e-8)
+    worst = 0.0
+    for t in range(steps):
+        _, sb3_scaled, _, _ = venv.step(np.zeros(n, np.int64))
+        worst = max(worst, float(np.abs(ours.step(rewards[t], dones[t]) - sb3_scaled).max()))
+    print(f"largest difference from VecNormalize: {worst:.3g}")
+    assert worst <= 1e-6, worst  # float32 rounding of the scaled rewards only
+    np.testing.assert_allclose(ours.rms.var, venv.ret_rms.var, rtol=1e-8)  # DummyVecEnv keeps rewards in float32
