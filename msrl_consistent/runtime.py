@@ -14,8 +14,9 @@
   - ``om``: actor.om through ``ais_bench.infer.interface.InferSession`` (or
     ``aclruntime.InferenceSession``).
 
-  Every export backend is loaded by :mod:`msrl_consistent.deploy` (the module each export
-  carries as policy.py), after it validated the directory: one inference path, not two.
+  Every export backend is loaded by :mod:`msrl_consistent.deploy` (the package each export
+  carries as msrl_deploy.zip beside policy.py), after it validated the directory: one inference
+  path, not two.
 
 ``policy.act(obs)`` takes one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)`` and
 returns the environment action(s) as a NumPy array (int32 indices or float32 vectors).

@@ -79,6 +79,22 @@ def test_board_check_passes_without_msrl_or_mindspore(bundles, board_path, tmp_p
         assert rep["passed"] and rep["backend"] == "onnxruntime" and rep["latency"][0]["p99_us"] > 0
 
 
+def test_bundle_entry_with_a_damaged_package_is_one_error_line(bundles, board_path, tmp_path):
+    # the package ships as msrl_deploy.zip: truncated or missing, `python policy.py check` says so in
+    # one line, exit 2 (the sha256 check itself lives in the package)
+    for damage in ("truncate", "remove"):
+        d = copy_bundle(bundles["cartpole"], tmp_path / damage)
+        path = os.path.join(d, deploy.BUNDLE_PACKAGE)
+        if damage == "truncate":
+            with open(path, "r+b") as fh:
+                fh.truncate(os.path.getsize(path) // 2)
+        else:
+            os.remove(path)
+        r = board(board_path, d, "check", "--backend", "onnxruntime")
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("policy.py: error: msrl_deploy.zip"), r.stderr
+
+
 def test_board_check_mismatch_and_corruption(bundles, board_path, tmp_path):
     # actor.onnx re-exported from other weights (the SAC bundle's net on the PPO Pendulum bundle): exit 1
     d = copy_bundle(bundles["pendulum"], tmp_path / "other-weights")

@@ -28,7 +28,7 @@ from msrl_consistent.cli import main
 from msrl_consistent.runtime import load_policy
 
 SEED = 16
-FILES = ("actor.mindir", "actor.onnx", "golden.npz", "policy.py", "manifest.json")
+FILES = ("actor.mindir", "actor.onnx", "golden.npz", "policy.py", "msrl_deploy.zip", "manifest.json")
 
 
 def _rehash(d):
