@@ -16,8 +16,7 @@ import numpy as np
 from msrl_consistent import manifest as mf
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError, to_dict
-from msrl_consistent.deploy import FrameStack
-from msrl_consistent.determinism import file_sha256
+from msrl_consistent.deploy import FrameStack, file_sha256
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
 

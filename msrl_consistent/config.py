@@ -38,7 +38,6 @@ Check = Tuple[Callable[[Any], bool], str]
 POSITIVE: Check = (lambda v: v > 0, "a positive number")
 NON_NEGATIVE: Check = (lambda v: v >= 0, "a number >= 0")
 UNIT_INTERVAL: Check = (lambda v: 0 <= v <= 1, "a number in [0, 1]")
-SIZES: Check = (lambda v: len(v) > 0 and all(x > 0 for x in v), "a non-empty list of positive sizes")
 SIZES_OR_EMPTY: Check = (lambda v: all(x > 0 for x in v), "a list of positive sizes (empty: the heads sit on the features)")
 RESIZE: Check = (lambda v: len(v) == 2 and all(x > 0 for x in v), "[height, width], two positive sizes")
 

@@ -13,10 +13,6 @@ from typing import Dict
 
 import numpy as np
 
-# One definition of a file's sha256, the deploy package's (it ships onto boards inside every export
-# and must stand alone, so it cannot import this module); re-exported here.
-from .deploy import file_sha256  # noqa: F401
-
 _CONFIGURED = {"device": None}
 
 

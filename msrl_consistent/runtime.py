@@ -30,7 +30,6 @@ import numpy as np
 
 from . import deploy
 from .config import ConfigError, EnvConfig
-from .deploy import CROSS_RUNTIME_ATOL, LITE_ASCEND_PRECISION_MODES, LITE_CPU_PRECISION_MODES, default_atol, in_chunks  # noqa: F401
 from .envs import SpaceSpec
 from .manifest import is_export_dir, read_manifest
 from .optional import MissingOptionalPackage
@@ -185,7 +184,7 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
             fb = _load(path, fallback, None, device, target, precision_mode, precision)
         policy.guard = deploy.Guard(fb, latency_budget_ms, switch_after)
     if record:
-        from .determinism import file_sha256
+        from .deploy import file_sha256
         source = os.path.join(path, "manifest.json") if is_export_dir(path) else getattr(policy, "checkpoint", "")
         policy.start_recording(record, record_limit, file_sha256(source) if source else "")
     return policy
