@@ -1,4 +1,4 @@
-"""Issue 14: every export is a self-contained bundle (policy.py) that runs and proves itself
+"""Every export is a self-contained bundle (policy.py) that runs and proves itself
 where it is deployed; ONNX with a symbolic batch; the guarded policy.
 
 "No msrl, no MindSpore" is simulated with ``python -S`` (no site-packages) and a PYTHONPATH

@@ -1,4 +1,4 @@
-"""Mutation fuzzer of export directories (issue 16), seeded and bounded.
+"""Mutation fuzzer of export directories, seeded and bounded.
 
 From a valid small export (PPO Pendulum: observation normalization, continuous actions), every
 file is truncated, flipped, emptied, swapped, deleted; every manifest field gets values of other

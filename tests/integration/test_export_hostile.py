@@ -1,4 +1,4 @@
-"""Broken and hostile export directories (issue 16): every command that reads an export refuses
+"""Broken and hostile export directories: every command that reads an export refuses
 them with one `msrl: error:` line naming the file, exit 2; never a traceback, never a read
 outside the directory. Exit 1 stays "loads fine, acts differently"."""
 import io
