@@ -81,7 +81,8 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
                                                       "episodes": ep, "seed": seed}
 
 
-def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),
+# one linear pipeline (validate, each format, golden set, manifest, swap): its branches are options
+def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),  # noqa: C901
                precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
                precision_mode: Optional[str] = None, force: bool = False, head_override=None,
                precision_sweep: bool = False, sweep_episodes: int = 10) -> mf.Manifest:

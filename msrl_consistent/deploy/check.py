@@ -55,7 +55,8 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
         res = {"passed": False, "shape_mismatch": True, "first_mismatch": 0,
                "output_mismatch": f"artifact outputs are not a batch of actions ({_one_line(exc)})"}
     except Exception as exc:
-        name = MODEL_FILE.get(getattr(policy, "runner", None) and policy.runner.backend, "the model")
+        runner = getattr(policy, "runner", None)
+        name = "the model" if runner is None else MODEL_FILE.get(runner.backend, "the model")
         raise ExportError(f"{name}: backend {policy.backend} failed on the golden set ({_one_line(exc)})") from None
     if pred is not None:
         res = compare_actions(pred, ref, export.discrete, atol)
@@ -73,7 +74,7 @@ def latency(policy: Policy, obs: np.ndarray, batch: int, seconds: float = 1.0, m
     # ``obs`` are model-input rows (golden set); with frame stacking they hold k frames, which act()
     # (it takes one frame and stacks it) does not take: time validation + model on the rows instead
     call = policy.act if policy.frame_stack == 1 else (lambda r: policy.run_batched(policy.validate(r)))
-    times = []
+    times: List[float] = []
     t_end = time.perf_counter() + seconds
     while len(times) < min_calls or (time.perf_counter() < t_end and len(times) < 10_000):
         t0 = time.perf_counter()

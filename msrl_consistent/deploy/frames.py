@@ -44,6 +44,10 @@ class FrameStack:
         """The stacked rows ``push(rows)`` would give, without changing the state (the true final
         observation of an ended episode, for the value bootstrap)."""
         rows = np.asarray(rows)
+        if self.buf is None or len(self.buf) != len(rows):  # what push would start with: zeros, then rows
+            out = np.zeros((len(rows), self.k * self.width), rows.dtype)
+            out[:, -self.width:] = rows
+            return out
         out = np.empty_like(self.buf)
         out[:, :-self.width] = self.buf[:, self.width:]
         out[:, -self.width:] = rows

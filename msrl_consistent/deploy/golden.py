@@ -12,7 +12,7 @@ from .errors import ExportError, _one_line
 from .fields import _short, column_n
 
 
-def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:
+def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:  # noqa: C901  (each .npy header check is one branch, before allocation)
     """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
     name = export.golden_file
     path = export.path(name)

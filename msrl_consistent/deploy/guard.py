@@ -23,7 +23,7 @@ class Guard:
 
     KINDS = ("exception", "shape", "nonfinite", "out_of_range", "latency")
 
-    def __init__(self, fallback: Optional[Any] = None, latency_budget_ms: Optional[float] = None,
+    def __init__(self, fallback: Any = None, latency_budget_ms: Optional[float] = None,
                  switch_after: int = 3, keep: int = 100_000):
         self.fallback = fallback
         self.budget = None if latency_budget_ms is None else float(latency_budget_ms) / 1e3

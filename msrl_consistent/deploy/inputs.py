@@ -1,7 +1,7 @@
 """What a deployed policy accepts: observations validated and packed per space."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -12,8 +12,20 @@ class Inputs:
     """Validation and packing of observations per space (Box, Discrete, Dict, Image), with errors
     that name the space. A base of :class:`~.policy.Policy`, which sets the attributes used here."""
 
+    _obs_dim: int
+    obs_n: int  # a Discrete observation space's n (0: not Discrete)
+    image: Optional[dict]  # Image observations: {"shape": the env's frame shape, "layout": HWC | CHW}
+    frame_stack: int
+    frame_dim: int
+    obs_parts: Optional[list]  # Dict observations: [(key, "Box" | "Discrete", n, shape)], sorted keys
+    _cols: np.ndarray  # per column of the row: the n of the Discrete index it holds, 0 for Box values
+
+    @property
+    def obs_dim(self) -> int:
+        return self._obs_dim
+
     def image_text(self) -> str:
-        shape = tuple(self.image["shape"])
+        shape = tuple((self.image or {}).get("shape", ()))
         return f"Image{shape} uint8 frames (values 0..255) of shape {shape} or (batch, {', '.join(map(str, shape))})"
 
     def _pixels(self, arr: np.ndarray, obs, width: int, what: str) -> np.ndarray:
@@ -87,17 +99,18 @@ class Inputs:
     def pack(self, obs) -> Tuple[np.ndarray, bool]:
         """A Dict observation (a dict of one observation per key, or of batches with a leading
         batch axis) -> (its packed rows (B, obs_dim) in the manifest's sorted key order, single)."""
-        expected = space_text(0, self.obs_parts)
+        parts = self.obs_parts or []
+        expected = space_text(0, parts)
         if not isinstance(obs, dict):
             raise ValueError(f"expected a dict observation of {expected} (or its packed float32 rows of shape "
                              f"(batch, {self.obs_dim})), got {type(obs).__name__}")
-        keys = [p[0] for p in self.obs_parts]
+        keys = [p[0] for p in parts]
         missing = [k for k in keys if k not in obs]
         extra = sorted(str(k) for k in obs if k not in keys)
         if missing or extra:
             raise ValueError(f"expected a dict observation of {expected}: missing keys {missing}, unexpected keys {extra}")
         cols, single, rows = [], None, None
-        for key, kind, n, shape in self.obs_parts:
+        for key, kind, n, shape in parts:
             v = np.asarray(obs[key])
             if v.dtype == object or not (np.issubdtype(v.dtype, np.integer) or np.issubdtype(v.dtype, np.floating)
                                          or v.dtype == bool):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from .errors import ExportError
 
@@ -49,9 +48,8 @@ LITE_CPU_PRECISION_MODES = ("enforce_fp32", "preferred_fp16")
 
 
 
-def canonical_backend(name: Optional[str]) -> Optional[str]:
-    if name is None:
-        return None
+def canonical_backend(name: str) -> str:
+    """The backend's one name (``lite`` -> ``mindspore_lite``, ``ort`` -> ``onnxruntime``)."""
     b = ALIASES.get(name, name)
     if b not in BACKENDS:
         raise ExportError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)} (or lite)")

@@ -61,10 +61,6 @@ class Policy(Inputs):
         self.act_low = None if act_low is None else np.asarray(act_low, np.float64)
         self.act_high = None if act_high is None else np.asarray(act_high, np.float64)
 
-    @property
-    def obs_dim(self) -> int:
-        return self._obs_dim
-
 
     def reset_frames(self) -> None:
         """Start new episodes: the frame stack restarts (zeros, then the next observation)."""
