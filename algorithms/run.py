@@ -59,7 +59,6 @@ class RunContext:
         """Seconds spent per phase of the loop (the loops add to them; summary.json reports them)."""
         self.next_eval = self._next_multiple(self.cfg.eval.freq)
         self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
-        self.last_eval: Optional[dict] = None
 
     def _next_multiple(self, freq: int) -> Optional[int]:
         if freq <= 0:
@@ -135,7 +134,6 @@ class RunContext:
         res = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
                "mean_length": float(np.mean(lengths))}
         self.logger.scalars(step, res, "eval")
-        self.last_eval = res
         self.phases["eval"] += time.perf_counter() - t0
         return res
 

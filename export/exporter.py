@@ -16,8 +16,7 @@ import numpy as np
 from msrl_consistent import manifest as mf
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError, to_dict
-from msrl_consistent.deploy import FrameStack
-from msrl_consistent.determinism import file_sha256
+from msrl_consistent.deploy import FrameStack, file_sha256
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
 
@@ -82,7 +81,8 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
                                                       "episodes": ep, "seed": seed}
 
 
-def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),
+# one linear pipeline (validate, each format, golden set, manifest, swap): its branches are options
+def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),  # noqa: C901
                precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
                precision_mode: Optional[str] = None, force: bool = False, head_override=None,
                precision_sweep: bool = False, sweep_episodes: int = 10) -> mf.Manifest:
@@ -185,13 +185,56 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
     return manifest
 
 
+BUNDLE_ENTRY = '''"""This export's loader and self-check, without msrl installed (the standard library, NumPy and a
+backend library: onnxruntime, mindspore_lite, ais_bench/aclruntime for OM, or mindspore).
+
+    python policy.py check [--backend B]        # sha256 of every file, the golden set, latency; exit 0 / 1 / 2
+    from policy import load; pi = load(".", backend="onnxruntime"); action = pi.act(obs)
+
+The code is the msrl_deploy package, imported from msrl_deploy.zip beside this file; both files'
+sha256 are in manifest.json.
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "msrl_deploy.zip"))
+
+try:
+    from msrl_deploy import *  # noqa: F401,F403  (load, check, Policy, ...)
+    from msrl_deploy import main as _main
+except Exception as exc:  # msrl_deploy.zip missing or damaged: the sha256 check cannot even start
+    if __name__ != "__main__":
+        raise
+    print(f"policy.py: error: msrl_deploy.zip beside this file cannot be imported ({type(exc).__name__}: "
+          f"{exc}); copy the whole export directory again", file=sys.stderr)
+    sys.exit(2)
+
+if __name__ == "__main__":
+    sys.exit(_main(default_dir=HERE))
+'''
+
+
 def write_bundle(directory: str) -> str:
-    """Copy msrl_consistent/deploy.py into the export as policy.py: with NumPy and a backend library,
-    the directory loads and checks itself (``python policy.py check``) without this package."""
+    """Ship the deploy package into the export: ``msrl_deploy.zip`` (msrl_consistent/deploy/*.py as the
+    package ``msrl_deploy``, imported from the zip; the entries sorted and dated 1980-01-01, so the
+    same package gives the same bytes) and the ``policy.py`` entry. With NumPy and a backend library
+    the directory loads and checks itself (``python policy.py check``) without msrl."""
+    import zipfile
+
     from msrl_consistent import deploy
-    src = deploy.__file__
+    pkg = os.path.dirname(deploy.__file__)
+    zpath = os.path.join(directory, deploy.BUNDLE_PACKAGE)
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in sorted(f for f in os.listdir(pkg) if f.endswith(".py")):
+            info = zipfile.ZipInfo(f"msrl_deploy/{name}", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            with open(os.path.join(pkg, name), "rb") as fh:
+                z.writestr(info, fh.read())
     dst = os.path.join(directory, deploy.BUNDLE_FILE)
-    shutil.copyfile(src, dst)
+    with open(dst, "w", encoding="utf-8") as fh:
+        fh.write(BUNDLE_ENTRY)
     return dst
 
 

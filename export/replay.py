@@ -22,11 +22,11 @@ import numpy as np
 
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
-from msrl_consistent.determinism import file_sha256
+from msrl_consistent.deploy import default_atol, file_sha256
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.manifest import IntegrityError, read_manifest
 from msrl_consistent.recording import read_trace
-from msrl_consistent.runtime import default_atol, load_policy
+from msrl_consistent.runtime import load_policy
 
 AGAINST = ("train", "mindspore", "onnxruntime")
 

@@ -23,10 +23,10 @@ from typing import Optional
 import numpy as np
 
 from msrl_consistent.checkpoint import atomic_write_text
-from msrl_consistent.deploy import compare_actions, golden_check  # noqa: F401  (compare_actions: public here too)
+from msrl_consistent.deploy import compare_actions, default_atol, golden_check  # noqa: F401  (compare_actions: public here too)
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.manifest import read_manifest
-from msrl_consistent.runtime import TrainCellPolicy, default_atol, load_policy
+from msrl_consistent.runtime import TrainCellPolicy, load_policy
 
 FP16_MAX_RETURN_DROP = 0.05
 

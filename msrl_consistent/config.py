@@ -38,7 +38,6 @@ Check = Tuple[Callable[[Any], bool], str]
 POSITIVE: Check = (lambda v: v > 0, "a positive number")
 NON_NEGATIVE: Check = (lambda v: v >= 0, "a number >= 0")
 UNIT_INTERVAL: Check = (lambda v: 0 <= v <= 1, "a number in [0, 1]")
-SIZES: Check = (lambda v: len(v) > 0 and all(x > 0 for x in v), "a non-empty list of positive sizes")
 SIZES_OR_EMPTY: Check = (lambda v: all(x > 0 for x in v), "a list of positive sizes (empty: the heads sit on the features)")
 RESIZE: Check = (lambda v: len(v) == 2 and all(x > 0 for x in v), "[height, width], two positive sizes")
 
@@ -177,7 +176,7 @@ def _bad(where: str, key: str, value: Any, tp: Any) -> ConfigError:
     return ConfigError(f"{where}: key '{key}' has value {value!r}, expected {_type_name(tp)}")
 
 
-def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
+def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:  # noqa: C901  (one branch per field type of the dataclasses)
     """Convert a YAML value to the field type ``tp`` or raise ConfigError naming key and value."""
     origin = typing.get_origin(tp)
     if origin is typing.Union:
@@ -225,7 +224,7 @@ def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
         if isinstance(value, str):
             return value
         raise _bad(where, key, value, tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build_dataclass(tp, value, where, prefix=key)
     raise ConfigError(f"{where}: key '{key}': unsupported field type {tp!r}")  # pragma: no cover
 
@@ -381,6 +380,8 @@ def load_config(path: Optional[str], overrides: Optional[List[str]] = None, data
     config (``ppo/CartPole-v1``, see :func:`shipped_configs`). Raises ConfigError with the file
     and key named."""
     if data is None:
+        if path is None:
+            raise ConfigError("load_config needs a config path or name, or data")
         path = resolve_config(path)
         data = read_yaml(path)
     where = path or "<config>"
@@ -409,10 +410,11 @@ def field_docs(cls: Type) -> List[Tuple[str, str, Any, str]]:
             src = inspect.getsource(klass)
         except (OSError, TypeError):  # pragma: no cover
             continue
-        body = ast.parse(textwrap.dedent(src)).body[0].body
+        node = ast.parse(textwrap.dedent(src)).body[0]
+        body = node.body if isinstance(node, ast.ClassDef) else []
         for a, b in zip(body, body[1:]):
             if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
-                    and isinstance(getattr(b, "value", None), ast.Constant) and isinstance(b.value.value, str):
+                    and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
                 docs[a.target.id] = " ".join(b.value.value.split())
     hints = _hints(cls)
     out = []

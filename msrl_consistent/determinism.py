@@ -13,10 +13,6 @@ from typing import Dict
 
 import numpy as np
 
-# One definition of a file's sha256, deploy.py's (deploy.py is copied onto boards as policy.py
-# and must stand alone, so it cannot import this module); re-exported here.
-from .deploy import file_sha256  # noqa: F401
-
 _CONFIGURED = {"device": None}
 
 

@@ -171,7 +171,7 @@ def _unjson(values: list) -> list:
     return [float(v) for v in values]
 
 
-def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:
+def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:  # noqa: C901  (one branch per gymnasium space kind, each with its refusal)
     """Check the spaces are supported (Box, Discrete or Dict-of-those observations; Box, Discrete,
     MultiDiscrete or MultiBinary actions)."""
     from gymnasium import spaces

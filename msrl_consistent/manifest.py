@@ -11,7 +11,7 @@ reads an export checks them before anything runs.
 The validation that every command reading an export goes through first (file names inside the
 directory, hashes, mutual consistency of the fields, golden set headers, declared sizes) lives in
 :mod:`msrl_consistent.deploy` (:func:`~msrl_consistent.deploy.open_export`), which also ships
-inside each export as policy.py; :func:`read_manifest` runs it before building the dataclass.
+inside each export (msrl_deploy.zip, imported by policy.py); :func:`read_manifest` runs it before building the dataclass.
 """
 from __future__ import annotations
 

@@ -422,7 +422,6 @@ class ImageEncoder(nn.Cell):
         self.fc = nn.SequentialCell([dense(rng, n_flat, feat, float(np.sqrt(2.0)), ortho), nn.ReLU()])
         self.out_dim = feat
         self.cnn = cnn
-        self.out_hw = (oh, ow)
         self.preprocessed_dim = k * c_out * oh * ow  # width of one preprocessed row (PPO's rollout buffer)
 
     def preprocess(self, x):

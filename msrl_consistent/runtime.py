@@ -14,8 +14,9 @@
   - ``om``: actor.om through ``ais_bench.infer.interface.InferSession`` (or
     ``aclruntime.InferenceSession``).
 
-  Every export backend is loaded by :mod:`msrl_consistent.deploy` (the module each export
-  carries as policy.py), after it validated the directory: one inference path, not two.
+  Every export backend is loaded by :mod:`msrl_consistent.deploy` (the package each export
+  carries as msrl_deploy.zip beside policy.py), after it validated the directory: one inference
+  path, not two.
 
 ``policy.act(obs)`` takes one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)`` and
 returns the environment action(s) as a NumPy array (int32 indices or float32 vectors).
@@ -29,7 +30,6 @@ import numpy as np
 
 from . import deploy
 from .config import ConfigError, EnvConfig
-from .deploy import CROSS_RUNTIME_ATOL, LITE_ASCEND_PRECISION_MODES, LITE_CPU_PRECISION_MODES, default_atol, in_chunks  # noqa: F401
 from .envs import SpaceSpec
 from .manifest import is_export_dir, read_manifest
 from .optional import MissingOptionalPackage
@@ -184,7 +184,7 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
             fb = _load(path, fallback, None, device, target, precision_mode, precision)
         policy.guard = deploy.Guard(fb, latency_budget_ms, switch_after)
     if record:
-        from .determinism import file_sha256
+        from .deploy import file_sha256
         source = os.path.join(path, "manifest.json") if is_export_dir(path) else getattr(policy, "checkpoint", "")
         policy.start_recording(record, record_limit, file_sha256(source) if source else "")
     return policy

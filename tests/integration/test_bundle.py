@@ -1,4 +1,4 @@
-"""Issue 14: every export is a self-contained bundle (policy.py) that runs and proves itself
+"""Every export is a self-contained bundle (policy.py) that runs and proves itself
 where it is deployed; ONNX with a symbolic batch; the guarded policy.
 
 "No msrl, no MindSpore" is simulated with ``python -S`` (no site-packages) and a PYTHONPATH
@@ -77,6 +77,22 @@ def test_board_check_passes_without_msrl_or_mindspore(bundles, board_path, tmp_p
         assert "PASS" in r.stdout and "latency at batch 1" in r.stdout
         rep = json.load(open(os.path.join(d, "report-check-onnxruntime.json")))
         assert rep["passed"] and rep["backend"] == "onnxruntime" and rep["latency"][0]["p99_us"] > 0
+
+
+def test_bundle_entry_with_a_damaged_package_is_one_error_line(bundles, board_path, tmp_path):
+    # the package ships as msrl_deploy.zip: truncated or missing, `python policy.py check` says so in
+    # one line, exit 2 (the sha256 check itself lives in the package)
+    for damage in ("truncate", "remove"):
+        d = copy_bundle(bundles["cartpole"], tmp_path / damage)
+        path = os.path.join(d, deploy.BUNDLE_PACKAGE)
+        if damage == "truncate":
+            with open(path, "r+b") as fh:
+                fh.truncate(os.path.getsize(path) // 2)
+        else:
+            os.remove(path)
+        r = board(board_path, d, "check", "--backend", "onnxruntime")
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("policy.py: error: msrl_deploy.zip"), r.stderr
 
 
 def test_board_check_mismatch_and_corruption(bundles, board_path, tmp_path):

@@ -90,7 +90,7 @@ def test_dead_worker_named_and_checkpoint_intact(tmp_path):
 
 
 def test_workers_run_the_launching_interpreter_not_the_first_python_on_path(tmp_path):
-    # issue 13.6: `/path/to/venv/bin/msrl train ... --workers 2` from a shell where that venv is
+    # `/path/to/venv/bin/msrl train ... --workers 2` from a shell where that venv is
     # not activated: msrun starts `python` from PATH, here an interpreter without msrl_consistent
     # (and without mindspore): both ranks died with ModuleNotFoundError.
     fake = tmp_path / "other-python"

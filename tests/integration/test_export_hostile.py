@@ -1,4 +1,4 @@
-"""Broken and hostile export directories (issue 16): every command that reads an export refuses
+"""Broken and hostile export directories: every command that reads an export refuses
 them with one `msrl: error:` line naming the file, exit 2; never a traceback, never a read
 outside the directory. Exit 1 stays "loads fine, acts differently"."""
 import io
@@ -216,7 +216,7 @@ def test_acts_differently_is_still_exit_1(copy, capsys):
 
 
 def test_deploy_schema_matches_the_manifest_dataclass():
-    # deploy.py (the standalone validator shipped as policy.py) and manifest.Manifest must accept the same fields
+    # the deploy package (the standalone validator shipped in every export) and manifest.Manifest must accept the same fields
     import dataclasses
 
     from msrl_consistent import manifest as mf

@@ -31,7 +31,7 @@ def pendulum_export(pendulum_run, tmp_path_factory):
 
 def test_manifest_contents(cartpole_export, cartpole_run):
     m = read_manifest(cartpole_export)
-    assert set(m.files) == {"actor.mindir", "actor.onnx", "golden.npz", "policy.py"}
+    assert set(m.files) == {"actor.mindir", "actor.onnx", "golden.npz", "policy.py", "msrl_deploy.zip"}
     assert m.algorithm == "ppo" and m.env_id == "CartPole-v1"
     assert m.source.run_dir == os.path.abspath(cartpole_run)
     assert len(m.source.checkpoint_sha256) == 64

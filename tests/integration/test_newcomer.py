@@ -1,4 +1,4 @@
-"""Issue 13, "a newcomer's first hour", the parts that need a trained run: a missing optional
+"""A newcomer's first hour, the parts that need a trained run: a missing optional
 package is `msrl: error: ...` with the install command and exit 2 for every command (never a
 traceback), the exported actor.mindir is readable like every other file of the export,
 load_policy works after the user's own MindSpore code ran, and a config is trained by name
@@ -39,7 +39,7 @@ def _commands(run, export, trace, tmp):
 @pytest.mark.parametrize("command", ["export --format onnx", "verify --backend onnxruntime", "eval --backend onnxruntime",
                                      "replay --against onnxruntime", "verify --backend lite", "plot"])
 def test_missing_optional_package_is_a_usage_error(command, cartpole_run, full_export, tmp_path):
-    # issue 13.1: `--format onnx` without the onnx package ended in a RuntimeError traceback.
+    # `--format onnx` without the onnx package ended in a RuntimeError traceback.
     export, trace = full_export
     args, package = _commands(cartpole_run, export, trace, str(tmp_path))[command]
     r = msrl(*args, env=hide_modules(tmp_path, "onnx", "onnxruntime", "matplotlib"))
@@ -53,7 +53,7 @@ def test_missing_optional_package_is_a_usage_error(command, cartpole_run, full_e
 
 
 def test_actor_mindir_is_readable_like_every_other_file(full_export):
-    # issue 13.3: mindspore.export writes actor.mindir as 0400 (owner read only).
+    # mindspore.export writes actor.mindir as 0400 (owner read only).
     export, _ = full_export
     modes = {name: stat.S_IMODE(os.stat(os.path.join(export, name)).st_mode) for name in os.listdir(export)}
     mask = os.umask(0o022)
@@ -63,7 +63,7 @@ def test_actor_mindir_is_readable_like_every_other_file(full_export):
 
 
 def test_load_policy_after_the_users_own_mindspore_code(cartpole_run, tmp_path):
-    # issue 13.4: "MindSpore cannot use device 'CPU': The runtime has been initialized" although
+    # "MindSpore cannot use device 'CPU': The runtime has been initialized" although
     # the device already was CPU.
     code = ("import numpy as np, mindspore as ms\n"
             "print(ms.Tensor(np.ones(3, np.float32)) + 1)\n"
@@ -77,7 +77,7 @@ def test_load_policy_after_the_users_own_mindspore_code(cartpole_run, tmp_path):
 
 
 def test_train_by_name_from_a_directory_without_configs(tmp_path):
-    # issue 13.9: an installed package (no source tree) trains a shipped config by name.
+    # an installed package (no source tree) trains a shipped config by name.
     r = msrl("train", "ppo/CartPole-v1", "--total-timesteps", "512", "--run-dir", "run", "--quiet",
              "--set", "eval.freq=0", "--set", "eval.episodes=1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]

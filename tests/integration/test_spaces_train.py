@@ -141,7 +141,7 @@ def test_dict_observations_learn_export_verify(tmp_path, capsys):
         assert pol.act(batch).tolist() == [0, 1, 5, 3] == train.act(batch).tolist()
         with pytest.raises(ValueError, match=r"missing keys \['sign'\]"):
             pol.act({"goal": 1, "pos": np.zeros((2, 3), np.float32)})
-    # the bundle alone (deploy.py as policy.py) checks the golden set of packed Dict rows
+    # the bundle alone (policy.py with msrl_deploy.zip) checks the golden set of packed Dict rows
     proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime"], cwd=out,
                           capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -229,7 +229,7 @@ def test_frame_stacking_is_reproduced_by_the_deployed_policy(tmp_path, capsys):
     st = FrameStack(2, 3072)
     rows = np.concatenate([st.push(f.reshape(1, -1)) for f in frames])
     assert pols[1].act_at_batch(rows, 1).tolist() == acts[0]
-    # the bundle alone (deploy.py as policy.py, NumPy + onnxruntime) checks the uint8 golden set
+    # the bundle alone (policy.py with msrl_deploy.zip, NumPy + onnxruntime) checks the uint8 golden set
     import subprocess
     import sys
     proc = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime"], cwd=out,

@@ -1,4 +1,4 @@
-"""The command line as a newcomer meets it (issue 13): --version, shipped configs by name,
+"""The command line as a newcomer meets it: --version, shipped configs by name,
 usage errors for paths that do not exist, the progress bar's total, a fresh interpreter's
 load_config. Subprocess tests run the command as a user would."""
 import io
@@ -58,7 +58,7 @@ def test_train_unknown_config_name_is_one_line_error(tmp_path):
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "mindspore", "train", None])
 def test_eval_of_a_missing_directory_says_so(tmp_path, backend):
-    # issue 13.2: it used to say "exports/does-not-exist is a run directory: only --backend train applies"
+    # it used to say "exports/does-not-exist is a run directory: only --backend train applies"
     args = ["eval", "exports/does-not-exist"] + (["--backend", backend] if backend else [])
     r = msrl(*args, cwd=tmp_path)
     assert r.returncode == 2
@@ -73,7 +73,7 @@ def test_eval_of_a_directory_that_is_neither(tmp_path):
 
 
 def test_load_config_in_a_fresh_interpreter(tmp_path):
-    # issue 13.5: the algorithm list was empty until something imported the algorithms package.
+    # the algorithm list was empty until something imported the algorithms package.
     code = ("from msrl_consistent.config import load_config\n"
             f"cfg = load_config({os.path.join(CONFIGS, 'ppo', 'CartPole-v1.yaml')!r})\n"
             "print(cfg.algorithm, cfg.env.id, cfg.algo.n_steps)\n")
@@ -89,7 +89,7 @@ class _Tty(io.StringIO):
 
 
 def test_progress_bar_keeps_its_total_when_the_last_rollout_overshoots(tmp_path, monkeypatch):
-    # issue 13.7: tqdm drops a total that n exceeds ("30208step [00:20, ...]").
+    # tqdm drops a total that n exceeds ("30208step [00:20, ...]").
     from msrl_consistent.logging import RunLogger
 
     err = _Tty()

@@ -1,4 +1,4 @@
-"""How the launcher names a dead data-parallel worker (issue 13.10), on synthetic msrun logs.
+"""How the launcher names a dead data-parallel worker on synthetic msrun logs.
 
 msrun polls its workers once a second and SIGKILLs all the others as soon as one exits
 non-zero; the scheduler then reports whichever worker's heartbeat lapses first, which may be

@@ -7,8 +7,8 @@ import os
 
 from helpers import ROOT
 
-PACKAGES = {"msrl_consistent": "msrl_consistent", "msrl_consistent.algorithms": "algorithms",
-            "msrl_consistent.export": "export"}
+PACKAGES = {"msrl_consistent": "msrl_consistent", "msrl_consistent.deploy": os.path.join("msrl_consistent", "deploy"),
+            "msrl_consistent.algorithms": "algorithms", "msrl_consistent.export": "export"}
 APPLICATION = {"msrl_consistent.cli", "msrl_consistent.entry", "msrl_consistent.__main__"}
 
 
@@ -95,3 +95,29 @@ def test_the_check_sees_imports():
     assert "msrl_consistent.config" in graph["msrl_consistent.runtime"]
     assert "msrl_consistent.algorithms.off_policy" in graph["msrl_consistent.algorithms.sac"]
     assert "msrl_consistent.runtime" in graph["msrl_consistent.export.verify"]
+
+
+def test_the_deploy_package_imports_only_the_standard_library_numpy_and_itself():
+    # it ships inside every export (msrl_deploy.zip) and runs on boards with NumPy and a backend
+    # library only: at module level nothing else; a backend's library is imported inside the
+    # function that runs that backend
+    import sys
+    folder = os.path.join(ROOT, "msrl_consistent", "deploy")
+    backend_libs = {"onnxruntime", "mindspore", "mindspore_lite", "ais_bench", "aclruntime"}
+    bad = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
+        top = {id(n) for n in tree.body} | {id(c) for n in tree.body if isinstance(n, ast.If) for c in n.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                continue  # the package itself
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                roots = [a.name.split(".")[0] for a in node.names] if isinstance(node, ast.Import) \
+                    else [(node.module or "").split(".")[0]]
+                for r in roots:
+                    ok = r in sys.stdlib_module_names or r == "numpy" or r == "__future__"
+                    if not ok and not (r in backend_libs and id(node) not in top):
+                        bad.append(f"{name}: import {r}")
+    assert not bad, bad

@@ -1,4 +1,4 @@
-"""Issue 13.9: a user who installs the package without the source tree (a wheel, or
+"""A user who installs the package without the source tree (a wheel, or
 `pip install .` into site-packages) gets the tuned configs as package data."""
 import os
 import shutil

@@ -1,0 +1,198 @@
+"""One runner per backend (onnxruntime, mindspore, mindspore_lite, om), each library imported
+when its backend is chosen."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Callable, Optional
+
+import numpy as np
+
+from .errors import BackendUnavailable, ExportError, _one_line
+from .names import INSTALL, LITE_ASCEND_PRECISION_MODES, LITE_CPU_PRECISION_MODES, MODEL_FILE, canonical_backend
+
+if TYPE_CHECKING:
+    from .reader import Export
+
+
+class Runner:
+    """A loaded model: ``run(x)`` on float32 (B, obs_dim) at ``fixed_batch`` rows (None: any)."""
+
+    def __init__(self, backend: str, run: Callable[[np.ndarray], np.ndarray], fixed_batch: Optional[int],
+                 info: Optional[dict] = None):
+        self.backend = backend
+        self.run = run
+        self.fixed_batch = fixed_batch
+        self.info = info or {}
+
+
+def _import(module: str, backend: str):
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise BackendUnavailable(f"backend {backend} needs {module}, which is not installed; install "
+                                 f"{INSTALL[backend]}") from None
+
+
+def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id: int = 0,
+                precision_mode: Optional[str] = None, threads: int = 1, configure=None, probe: bool = True) -> Runner:
+    """Load the backend's model file of a validated export. Load failures and a model that does
+    not run on the manifest's input shape raise ExportError naming the file."""
+    backend = canonical_backend(backend)
+    name = MODEL_FILE[backend]
+    path = export.path(name)
+    fixed = export.fixed_batch(backend)
+    loader = {"onnxruntime": _onnxruntime, "mindspore": _mindspore, "mindspore_lite": _lite, "om": _om}[backend]
+    try:
+        run, info = loader(path, fixed, target=target, device_id=device_id, precision_mode=precision_mode,
+                           threads=threads, configure=configure)
+    except ExportError:
+        raise
+    except Exception as exc:  # every library has its own exception types for a broken model
+        raise ExportError(f"{name}: backend {backend} cannot load it ({_one_line(exc)})") from None
+    runner = Runner(backend, run, fixed, info)
+    if probe:  # the manifest's input shape; a dynamic batch claim is probed at two sizes
+        for b in ([fixed] if fixed else sorted({export.golden_batch, 3})):
+            x = np.zeros((b, export.obs_dim), export.input_dtype)
+            try:
+                out = np.asarray(run(x))
+            except Exception as exc:
+                raise ExportError(f"{name}: backend {backend} loads it but cannot run it on the manifest's input "
+                                  f"shape {[b if fixed else None, export.obs_dim]} at batch {b} ({_one_line(exc)})") from None
+            if out.ndim < 1 or out.shape[0] != b:
+                raise ExportError(f"{name}: returns shape {list(out.shape)} for a batch of {b}")
+    return runner
+
+
+def _onnxruntime(path, fixed, threads=1, **_):
+    ort = _import("onnxruntime", "onnxruntime")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+
+    def run(x):
+        return session.run(None, {input_name: x})[0]
+    return run, {"input": input_name, "version": ort.__version__}
+
+
+def _mindspore(path, fixed, configure=None, **_):
+    ms = _import("mindspore", "mindspore")
+    from mindspore import Tensor, nn
+    if configure is not None:
+        configure()
+    else:
+        # GRAPH_MODE, CPU, deterministic kernels; each refused call means the process already
+        # configured MindSpore (a caller's own code), which is left as it is.
+        for call in (lambda: ms.set_context(mode=ms.GRAPH_MODE), lambda: ms.set_device("CPU"),
+                     lambda: ms.set_deterministic(True)):
+            try:
+                call()
+            except (RuntimeError, ValueError):
+                pass
+    with _quiet_fd2():  # MindSpore logs a broken file's parse errors from C++; the error message says it once
+        graph = nn.GraphCell(ms.load(path))
+
+    def run(x):
+        return graph(Tensor(x)).asnumpy()
+    return run, {"version": ms.__version__}
+
+
+class _quiet_fd2:
+    """Silence file descriptor 2 (C++ library logs) for a block; what was written is re-emitted
+    only when the block succeeds."""
+
+    def __enter__(self):
+        import tempfile
+        try:
+            sys.stderr.flush()
+            self.saved = os.dup(2)
+            self.tmp = tempfile.TemporaryFile()
+            os.dup2(self.tmp.fileno(), 2)
+        except (OSError, ValueError, AttributeError):
+            self.saved = None
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.saved is None:
+            return False
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        if exc_type is None:
+            self.tmp.seek(0)
+            data = self.tmp.read(1 << 16)
+            if data:
+                os.write(2, data)
+        self.tmp.close()
+        return False
+
+
+def lite_context(mslite, target: str = "cpu", device_id: int = 0, precision_mode: Optional[str] = None):
+    """A mindspore_lite.Context with an explicit precision mode (never Lite's fp16 default on Ascend)."""
+    if target not in ("cpu", "ascend"):
+        raise ExportError(f"lite target must be 'cpu' or 'ascend', got {target!r}")
+    context = mslite.Context()
+    context.target = [target]
+    mode = precision_mode or "enforce_fp32"
+    if target == "ascend":
+        if mode not in LITE_ASCEND_PRECISION_MODES:
+            raise ExportError(f"lite ascend precision_mode must be one of {LITE_ASCEND_PRECISION_MODES}, got {mode!r}")
+        context.ascend.device_id = int(device_id)
+        context.ascend.precision_mode = mode
+    else:
+        if mode not in LITE_CPU_PRECISION_MODES:
+            raise ExportError(f"lite cpu precision_mode must be one of {LITE_CPU_PRECISION_MODES}, got {mode!r}")
+        context.cpu.precision_mode = mode
+        context.cpu.thread_num = 1
+    return context, mode
+
+
+def _lite(path, fixed, target="cpu", device_id=0, precision_mode=None, **_):
+    mslite = _import("mindspore_lite", "mindspore_lite")
+    context, mode = lite_context(mslite, target, device_id, precision_mode)
+    model = mslite.Model()
+    model.build_from_file(path, mslite.ModelType.MINDIR, context)
+    inputs = model.get_inputs()
+    state = {"shape": None}
+
+    def run(x):
+        if state["shape"] != x.shape:
+            model.resize(inputs, [list(x.shape)])
+            state["shape"] = x.shape
+        inputs[0].set_data_from_numpy(x)
+        return model.predict(inputs)[0].get_data_to_numpy()
+    return run, {"target": target, "precision_mode": mode, "device_id": int(device_id)}
+
+
+def _om(path, fixed, device_id=0, **_):
+    """actor.om through ais_bench's InferSession, or aclruntime's InferenceSession where only that is installed."""
+    import importlib
+    try:
+        interface = importlib.import_module("ais_bench.infer.interface")
+    except ImportError:
+        interface = None
+    if interface is not None:
+        session = interface.InferSession(int(device_id), path)
+
+        def run(x):
+            return np.asarray(session.infer([x], mode="static")[0])
+        return run, {"api": "ais_bench.infer.interface.InferSession", "device_id": int(device_id)}
+    try:
+        acl = importlib.import_module("aclruntime")
+    except ImportError:
+        raise BackendUnavailable(f"backend om needs ais_bench (or aclruntime), which is not installed; install "
+                                 f"{INSTALL['om']}") from None
+    options = acl.session_options()
+    session = acl.InferenceSession(path, int(device_id), options)
+    out_names = [o.name for o in session.get_outputs()]
+
+    def run(x):
+        t = acl.Tensor(np.ascontiguousarray(x))
+        t.to_device(int(device_id))
+        outs = session.run(out_names, [t])
+        outs[0].to_host()
+        return np.array(outs[0])
+    return run, {"api": "aclruntime.InferenceSession", "device_id": int(device_id)}

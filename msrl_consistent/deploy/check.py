@@ -1,0 +1,177 @@
+"""``python policy.py check``: integrity, the golden set against the training cell, latency, a report."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .errors import EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS, ExportError, _one_line
+from .names import BACKENDS, MODEL_FILE
+from .policy import Policy, load
+from .reader import Export, open_export
+
+
+def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: float) -> dict:
+    """The golden-set comparison of ``msrl verify`` and ``check``: discrete actions identical,
+    continuous ones within ``atol`` (0: bitwise)."""
+    pred = np.asarray(pred)
+    ref = np.asarray(ref)
+    if pred.shape != ref.shape:
+        return {"shape_mismatch": True, "pred_shape": list(pred.shape), "ref_shape": list(ref.shape),
+                "passed": False, "first_mismatch": 0}
+    out: Dict[str, Any] = {"count": int(len(ref))}
+    if discrete:  # per row: a MultiDiscrete / MultiBinary action agrees when every dimension does
+        equal = (pred.astype(np.int64) == ref.astype(np.int64)).reshape(len(ref), -1).all(axis=1)
+        out["agreement"] = float(equal.mean())
+        bad = np.nonzero(~equal)[0]
+        out["first_mismatch"] = int(bad[0]) if bad.size else None
+        out["passed"] = bool(equal.all())
+        out["bit_identical"] = bool(np.array_equal(pred, ref) and pred.dtype == ref.dtype)
+        return out
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(pred.astype(np.float64) - ref.astype(np.float64))
+        err = np.where(np.isnan(err), np.inf, err)
+        rel = err / np.maximum(np.abs(ref.astype(np.float64)), 1e-8)
+    row_err = err.reshape(len(err), -1).max(axis=1)
+    bad = np.nonzero(row_err > atol)[0]
+    out.update({"max_abs_error": float(err.max()), "mean_abs_error": float(err.mean()),
+                "max_rel_error": float(rel.max()), "bit_identical": bool(np.array_equal(pred, ref)),
+                "first_mismatch": int(bad[0]) if bad.size else None, "passed": bool(bad.size == 0)})
+    return out
+
+
+def golden_check(policy: Policy, export: Export, atol: float) -> dict:
+    """The golden set at the exported batch shape against the training cell's recorded actions."""
+    obs, ref = export.golden()
+    try:
+        pred = np.asarray(policy.act_at_batch(obs, export.golden_batch))
+    except (ValueError, TypeError, IndexError) as exc:  # outputs that do not even concatenate
+        pred = None
+        res = {"passed": False, "shape_mismatch": True, "first_mismatch": 0,
+               "output_mismatch": f"artifact outputs are not a batch of actions ({_one_line(exc)})"}
+    except Exception as exc:
+        runner = getattr(policy, "runner", None)
+        name = "the model" if runner is None else MODEL_FILE.get(runner.backend, "the model")
+        raise ExportError(f"{name}: backend {policy.backend} failed on the golden set ({_one_line(exc)})") from None
+    if pred is not None:
+        res = compare_actions(pred, ref, export.discrete, atol)
+        if not res.get("shape_mismatch") and pred.dtype.kind != ref.dtype.kind:
+            res["passed"] = False
+        if res.get("shape_mismatch") or pred.dtype.kind != ref.dtype.kind:
+            res["output_mismatch"] = (f"artifact returns {pred.dtype} {list(pred.shape)}, the training cell "
+                                      f"{ref.dtype} {list(ref.shape)}")
+    res["batch"] = export.golden_batch
+    return res
+
+
+def latency(policy: Policy, obs: np.ndarray, batch: int, seconds: float = 1.0, min_calls: int = 30) -> dict:
+    rows = np.resize(obs, (batch, obs.shape[1])).astype(obs.dtype)
+    # ``obs`` are model-input rows (golden set); with frame stacking they hold k frames, which act()
+    # (it takes one frame and stacks it) does not take: time validation + model on the rows instead
+    call = policy.act if policy.frame_stack == 1 else (lambda r: policy.run_batched(policy.validate(r)))
+    times: List[float] = []
+    t_end = time.perf_counter() + seconds
+    while len(times) < min_calls or (time.perf_counter() < t_end and len(times) < 10_000):
+        t0 = time.perf_counter()
+        call(rows)
+        times.append(time.perf_counter() - t0)
+    us = np.asarray(times) * 1e6
+    return {"batch": batch, "calls": len(times), "p50_us": float(np.percentile(us, 50)),
+            "p99_us": float(np.percentile(us, 99))}
+
+
+def check(directory: str, backend: Optional[str] = None, atol: Optional[float] = None, target: str = "cpu",
+          device_id: int = 0, precision_mode: Optional[str] = None, latency_seconds: float = 0.5,
+          write_report: bool = True) -> dict:
+    """What ``python policy.py check`` does: integrity, golden set, latency, report-check-BACKEND.json."""
+    export = open_export(directory)
+    policy = load(directory, backend, target=target, device_id=device_id, precision_mode=precision_mode,
+                  check_hashes=False)
+    b = policy.backend
+    atol = export.default_atol(b) if atol is None else float(atol)
+    golden = golden_check(policy, export, atol)
+    if export.precision == "fp16":
+        criterion = {"name": "golden set drift (fp16 export: reported, judged by msrl verify's rollouts)",
+                     "passed": True, "value": golden.get("max_abs_error", golden.get("agreement"))}
+    elif export.discrete:
+        criterion = {"name": "golden set discrete actions identical", "passed": bool(golden["passed"]),
+                     "value": golden.get("agreement")}
+    else:
+        criterion = {"name": "golden set bit-identical" if atol == 0 else f"golden set within atol {atol:g}",
+                     "passed": bool(golden["passed"]), "value": golden.get("max_abs_error")}
+    if golden.get("output_mismatch"):
+        criterion["passed"] = False
+    report = {"export_dir": os.path.abspath(directory), "backend": b, "runner": policy.runner.info,
+              "precision": export.precision, "atol": atol, "algorithm": export.algorithm, "env_id": export.env_id,
+              "integrity": {"checked": sorted(export.files), "passed": True}, "golden": golden,
+              "criteria": [criterion], "passed": bool(criterion["passed"]),
+              "python": sys.version.split()[0], "numpy": np.__version__}
+    if report["passed"] and latency_seconds > 0:
+        obs, _ = export.golden()
+        big = policy.fixed_batch or export.golden_batch if (policy.fixed_batch or export.golden_batch) > 1 else 32
+        report["latency"] = [latency(policy, obs, 1, latency_seconds)]
+        if big != 1:
+            report["latency"].append(latency(policy, obs, big, latency_seconds))
+    if write_report:
+        try:
+            name = f"report-check-{b}.json"  # one per backend, beside msrl verify's report-verify-BACKEND.*
+            tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(report, fh, indent=2)
+                fh.write("\n")
+            os.replace(tmp, os.path.join(directory, name))
+            report["report"] = os.path.join(directory, name)
+        except OSError as exc:
+            report["report"] = f"not written ({_one_line(exc)})"
+    return report
+
+
+def main(argv: Optional[List[str]] = None, prog: str = "policy.py", default_dir: Optional[str] = None) -> int:
+    """``policy.py check``; ``default_dir``: the export directory (the bundle entry passes its own)."""
+    here = default_dir or os.getcwd()
+    p = argparse.ArgumentParser(prog=prog, description="Run or check this exported policy bundle.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    c = sub.add_parser("check", help="integrity, golden set against the training cell, latency; writes report-check-BACKEND.json")
+    c.add_argument("--dir", default=here, help="export directory (default: the bundle's own)")
+    c.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (or lite); default: the first installed")
+    c.add_argument("--atol", type=float, help="tolerance for continuous actions (default 0 on mindspore, else 1e-5)")
+    c.add_argument("--target", default="cpu", choices=["cpu", "ascend"], help="mindspore_lite: the device")
+    c.add_argument("--precision-mode", help="mindspore_lite: explicit precision mode (default enforce_fp32)")
+    c.add_argument("--device-id", type=int, default=0)
+    c.add_argument("--latency-seconds", type=float, default=0.5)
+    c.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    args = p.parse_args(argv)
+    try:
+        r = check(args.dir, args.backend, args.atol, args.target, args.device_id, args.precision_mode,
+                  args.latency_seconds)
+    except ExportError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(r))
+        return EXIT_PASS if r["passed"] else EXIT_MISMATCH
+    g = r["golden"]
+    detail = (f"agreement {g['agreement']:.4f}" if "agreement" in g else
+              f"max abs error {g['max_abs_error']:.3g}" if "max_abs_error" in g else g.get("output_mismatch", ""))
+    print(f"{prog} check [{r['backend']}]: {r['algorithm']} on {r['env_id']}, sha256 of "
+          f"{len(r['integrity']['checked'])} files ok; golden set {g.get('count', '?')} obs at batch {g['batch']}: {detail}")
+    for lat in r.get("latency", []):
+        print(f"  latency at batch {lat['batch']}: p50 {lat['p50_us']:.0f} us, p99 {lat['p99_us']:.0f} us "
+              f"({lat['calls']} calls)")
+    for crit in r["criteria"]:
+        print(f"  [{'ok' if crit['passed'] else 'FAIL'}] {crit['name']}")
+    print(f"  {'PASS' if r['passed'] else 'FAIL'}; report: {r.get('report')}")
+    return EXIT_PASS if r["passed"] else EXIT_MISMATCH
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The golden set of an export (golden.npz): checked against the manifest from the .npy headers
+before any array is allocated, read without pickle."""
+from __future__ import annotations
+
+import os
+import zipfile
+from typing import Tuple
+
+import numpy as np
+
+from .errors import ExportError, _one_line
+from .fields import _short, column_n
+
+
+def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:  # noqa: C901  (each .npy header check is one branch, before allocation)
+    """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
+    name = export.golden_file
+    path = export.path(name)
+    want = {"obs": ((export.golden_count, export.obs_dim), np.dtype(export.input_dtype)),
+            "actions": (((export.golden_count,), np.dtype(np.int32)) if export.act_kind == "Discrete"
+                        else ((export.golden_count, export.n_actions), np.dtype(np.int32 if export.discrete else np.float32)))}
+    size = os.path.getsize(path)
+    try:
+        with zipfile.ZipFile(path) as z:
+            for key, (shape, dtype) in want.items():
+                try:
+                    info = z.getinfo(key + ".npy")
+                except KeyError:
+                    raise ExportError(f"{name}: no '{key}' array") from None
+                with z.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version == (1, 0):
+                        hshape, fortran, hdtype = np.lib.format.read_array_header_1_0(fh)
+                    elif version == (2, 0):
+                        hshape, fortran, hdtype = np.lib.format.read_array_header_2_0(fh)
+                    else:
+                        raise ExportError(f"{name}: '{key}' has .npy format {version}, expected 1.0 or 2.0")
+                if hdtype.hasobject or hdtype.newbyteorder("=") != dtype.newbyteorder("=") or hdtype.byteorder == ">":
+                    raise ExportError(f"{name}: '{key}' has dtype {hdtype}, expected {dtype} (manifest: "
+                                      f"{export.act_kind} actions)")
+                if tuple(hshape) != shape:
+                    raise ExportError(f"{name}: '{key}' has shape {tuple(hshape)}, but the manifest gives {shape}")
+                nbytes = int(np.prod(shape)) * dtype.itemsize
+                ratio = 1 if info.compress_type == zipfile.ZIP_STORED else 1100
+                if info.compress_size > size or nbytes > info.file_size or nbytes > ratio * info.compress_size + 4096:
+                    raise ExportError(f"{name}: '{key}' declares {nbytes} bytes of data the file does not hold")
+        with np.load(path, allow_pickle=False) as z:
+            obs, actions = z["obs"], z["actions"]
+    except ExportError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, RuntimeError, SyntaxError) as exc:
+        raise ExportError(f"{name}: not a readable golden set ({_one_line(exc)})") from None
+    if not np.isfinite(obs).all():
+        raise ExportError(f"{name}: 'obs' holds non-finite values")
+    cols = column_n(export.obs_n, export.obs_parts, export.obs_dim)
+    if cols.any():
+        idx = obs[:, cols > 0]
+        if (idx < 0).any() or (idx >= cols[cols > 0]).any() or (idx != np.round(idx)).any():
+            raise ExportError(f"{name}: 'obs' holds values that are not indices of the Discrete observation "
+                              f"space(s) {_short(cols[cols > 0].tolist())}")
+    if export.nvec is not None and (actions.min() < 0 or (actions >= export.nvec).any()):
+        raise ExportError(f"{name}: 'actions' holds values outside 0..nvec-1 (nvec {export.nvec.tolist()})")
+    elif export.nvec is None and export.discrete and (actions.min() < 0 or actions.max() >= export.n_actions):
+        raise ExportError(f"{name}: 'actions' holds indices outside 0..{export.n_actions - 1}")
+    if not export.discrete and not np.isfinite(actions).all():
+        raise ExportError(f"{name}: 'actions' holds non-finite values")
+    return np.ascontiguousarray(obs, export.input_dtype), np.ascontiguousarray(actions)
