@@ -218,6 +218,40 @@ def write_docs(text, path=DOCS):
         f.write(head + BEGIN + "\n" + text + END + rest.split(END, 1)[1])
 
 
+def rejudge(args, entries):
+    """One table from saved runs (``--json`` files of earlier zoo runs), judged by today's thresholds
+    file; a config whose saved runs have another step count than its budget is an error, since a
+    threshold belongs to one budget."""
+    runs, sources = {}, []
+    for path in args.from_json:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        stamp = datetime.datetime.fromtimestamp(os.path.getmtime(path))
+        sources.append(f"`python benchmarks/zoo.py {' '.join(saved['command'][1:])}` (finished {stamp:%Y-%m-%d %H:%M})")
+        held = {}
+        for r in saved["runs"]:
+            held.setdefault(r["config"], {})[r["seed"]] = r
+        runs.update(held)  # a later file's runs of a config replace an earlier file's
+    rows = []
+    for name in args.configs or sorted(runs):
+        if name not in entries or name not in runs:
+            raise SystemExit(f"zoo: error: no saved runs or no threshold for {name}")
+        steps, _, _, _ = plan(entries[name], args.budget)
+        saved = [runs[name][k] for k in sorted(runs[name])]
+        if steps and any(abs(r["steps"] - steps) > max(0.05 * steps, 4096) for r in saved if r["error"] is None):
+            raise SystemExit(f"zoo: error: the saved runs of {name} have {saved[0].get('steps')} steps, "
+                             f"its {args.budget} budget is {steps}")
+        rows.append(summarize(name, entries[name], args.budget, saved))
+    text = ("Runs of " + " and ".join(sources) + ", judged against `benchmarks/zoo_thresholds.yaml` by `python "
+            "benchmarks/zoo.py " + " ".join(sys.argv[1:]) + "`.\n\n" + table(rows) + "\n")
+    errs = [f"- {r['config']} {e}" for r in rows for e in r["errors"]]
+    text += ("\n" + "\n".join(errs) + "\n") if errs else ""
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+    return 0 if all(r["pass"] for r in rows) else 1
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3, help="train seeds 0..N-1 (default 3)")
@@ -229,8 +263,13 @@ def main(argv=None):
     p.add_argument("--json", metavar="FILE", help="write the rows and per-seed runs here")
     p.add_argument("--write-docs", action="store_true", help=f"replace the zoo section of {os.path.relpath(DOCS, ROOT)}")
     p.add_argument("--sb3", action="store_true", help="add SB3's eval return where a worker exists (bench extra)")
+    p.add_argument("--from-json", nargs="+", metavar="FILE",
+                   help="train nothing: judge the runs saved by earlier --json FILEs against the thresholds file "
+                        "(a config's runs come from the last FILE holding it) and print / --write-docs one table")
     args = p.parse_args(argv)
     entries = load_thresholds(args.thresholds)
+    if args.from_json:
+        return rejudge(args, entries)
     names = args.configs or sorted(entries)
     unknown = [n for n in names if n not in entries]
     if unknown or args.seeds < 1 or args.jobs < 1:
