@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from typing import List, Optional
 
-from . import __version__, runlock
+from . import __version__
 from .checkpoint import CheckpointError
+from .cli_train import cmd_train
 from .config import ConfigError
 from .optional import MissingOptionalPackage
 
@@ -27,117 +27,6 @@ class UsageError(Exception):
 def _quiet_mindspore_logs() -> None:
     # MindSpore prints C++ warnings to stderr by default; keep the CLI's output readable.
     os.environ.setdefault("GLOG_v", "3")
-
-
-def cmd_train(args) -> int:
-    from .distributed import WORKER_ENV
-    from .training import default_run_dir, resolve
-
-    if args.resume:
-        return _resume(args)
-    if not args.config:
-        raise UsageError("msrl train needs a CONFIG file or shipped config name (see `msrl configs`), "
-                         "or --resume RUN_DIR")
-    if args.workers < 1:
-        raise UsageError(f"--workers {args.workers}: expected a positive number of workers")
-    worker = bool(os.environ.get(WORKER_ENV))
-    overrides = list(args.set or [])
-    if args.device is not None:
-        overrides.append(f"device={args.device}")
-    cfg = resolve(args.config, args.seed, args.total_timesteps, overrides)
-    if args.workers > 1 and cfg.algorithm != "ppo":
-        raise UsageError(f"--workers applies to PPO only for now (config has algorithm {cfg.algorithm!r})")
-    run_dir = args.run_dir or default_run_dir(cfg)
-    created = False
-    if not worker:
-        if os.path.isdir(run_dir) and os.listdir(run_dir):
-            raise UsageError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
-        created = not os.path.isdir(run_dir)
-        os.makedirs(run_dir, exist_ok=True)
-    with runlock.hold(run_dir):  # a launcher's workers find it held for them
-        return _train_locked(args, cfg, run_dir, worker, created)
-
-
-def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool) -> int:
-    from . import registry
-    from .checkpoint import atomic_write_text
-    from .config import dump_config
-    from .distributed import init_if_worker
-
-    if not worker:
-        if set(os.listdir(run_dir)) - {runlock.LOCK_FILE}:  # another process started it a moment ago
-            raise UsageError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
-        atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
-        if args.workers > 1:
-            from .distributed import launch
-            if not args.quiet:
-                print(f"msrl: training {cfg.algorithm} on {cfg.env.id} with {args.workers} msrun workers -> {run_dir}")
-            entry_args = ["train", os.path.abspath(os.path.join(run_dir, "config.yaml")), "--run-dir",
-                          os.path.abspath(run_dir), "--quiet", "--workers", str(args.workers)]
-            rc = launch(entry_args, args.workers, run_dir, args.master_port)
-            if rc == 0 and not args.quiet:
-                print(f"msrl: done; run dir {run_dir} (per-rank results in {run_dir}/ranks/)")
-            return rc
-    if worker:
-        from .determinism import configure_mindspore
-        configure_mindspore(cfg.device)  # the device must be set before communication.init()
-        init_if_worker()
-    try:
-        algo = registry.get(cfg.algorithm)(cfg)
-    except BaseException:
-        # Nothing was trained (say, the environment's package is missing): leave no run directory
-        # behind, so the same command works once the cause is fixed.
-        if created and set(os.listdir(run_dir)) <= {"config.yaml", runlock.LOCK_FILE}:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
-                                             f"{cfg.total_timesteps} steps) -> {run_dir}")
-
-
-def _resume(args) -> int:
-    run_dir = args.resume
-    if args.config or args.set or args.seed is not None or args.total_timesteps is not None:
-        raise UsageError("--resume RUN_DIR takes the run's own config.yaml; do not pass CONFIG, --set, --seed or "
-                         "--total-timesteps with it")
-    if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
-        raise UsageError(f"--resume {run_dir}: not a run directory (no config.yaml)")
-    with runlock.hold(run_dir):
-        return _resume_locked(args, run_dir)
-
-
-def _resume_locked(args, run_dir: str) -> int:
-    from . import registry
-    from .config import load_config
-
-    cfg = load_config(os.path.join(run_dir, "config.yaml"))
-    algo = registry.get(cfg.algorithm).resume(run_dir)
-    if algo.num_timesteps >= cfg.total_timesteps and os.path.isfile(os.path.join(run_dir, "summary.json")):
-        if not args.quiet:
-            print(f"msrl: {run_dir} already finished ({algo.num_timesteps} steps); nothing to do")
-        return 0
-    return _learn(algo, run_dir, args.quiet, f"resuming {run_dir} from {algo.resumed_from} "
-                                             f"(step {algo.num_timesteps} of {cfg.total_timesteps})")
-
-
-def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
-    from msrl_consistent.algorithms.run import NonFiniteError, TrainingInterrupted
-
-    if not quiet:
-        print(f"msrl: {message}")
-    try:
-        summary = algo.learn(run_dir, progress=not quiet)
-    except TrainingInterrupted as exc:
-        print(f"msrl: interrupted (signal {exc.signum}); checkpoint written to {exc.checkpoint}; "
-              f"continue with: msrl train --resume {run_dir}", file=sys.stderr)
-        return exc.exit_code
-    except NonFiniteError as exc:
-        print(f"msrl: error: {exc}", file=sys.stderr)
-        return 1
-    if not quiet and "final_eval" in summary:
-        ev = summary["final_eval"]
-        print(f"msrl: done in {summary['wall_time_s']:.1f}s ({summary['steps_per_second']:.0f} steps/s); "
-              f"eval mean return {ev['mean_return']:.2f} +- {ev['std_return']:.2f}; run dir {run_dir}")
-    return 0
 
 
 def cmd_eval(args) -> int:

@@ -236,7 +236,7 @@ def test_soak_20_interrupt_resume_cycles(tmp_path, monkeypatch):
     algo = PPO(cfg)
     for cycle in range(20):
         rc = None
-        from msrl_consistent.cli import _learn
+        from msrl_consistent.cli_train import _learn
         rc = _learn(algo, str(run), True, "")
         assert rc == 143, f"cycle {cycle}: {rc}"
         interrupted += 1
