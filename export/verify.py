@@ -128,13 +128,15 @@ def report_paths(export_dir: str, backend: str):
     return base + ".json", base + ".md"
 
 
-def rollout_summary(roll: dict, strict: bool, discrete: bool, atol: float) -> str:
-    """One line saying what the rollouts showed, the count that the criterion judges first:
-    '20/20 identical step for step' for a bit-identical backend, else '20/20 with the same
-    actions at every visited state' (discrete) or '20/20 within atol 1e-05' (continuous),
-    followed by how many were also bit-identical."""
+def rollout_summary(report: dict) -> str:
+    """One line saying what a verify report's rollouts showed, the count that the criterion judges
+    first: '20/20 identical step for step' for a bit-identical backend (MindSpore, fp32, atol 0),
+    else '20/20 with the same actions at every visited state' (discrete) or '20/20 within atol
+    1e-05' (continuous), followed by how many were also bit-identical."""
+    roll, atol = report["rollouts"], report["atol"]
+    discrete = "agreement" in report["golden"]
     n, same = roll["episodes"], roll["identical_episodes"]
-    if strict:
+    if report["backend"] == "mindspore" and atol == 0 and report["precision"] == "fp32":
         return f"{same}/{n} identical step for step"
     within = roll.get("within_atol_episodes", same)
     what = "with the same actions at every visited state" if discrete else f"within atol {atol:g}"
@@ -193,9 +195,7 @@ def render_markdown(r: dict) -> str:
     if roll is None:
         lines.append(f"skipped: {r.get('rollouts_skipped')}")
     else:
-        strict = r["backend"] == "mindspore" and r["atol"] == 0 and r["precision"] == "fp32"
-        lines += [f"{roll['episodes']} episodes from seed {roll['seed']}: "
-                  f"{rollout_summary(roll, strict, 'agreement' in g, r['atol'])}; "
+        lines += [f"{roll['episodes']} episodes from seed {roll['seed']}: {rollout_summary(r)}; "
                   f"mean return exported {roll['mean_return_exported']:.3f}, training cell "
                   f"{roll['mean_return_training']:.3f} (delta {roll['return_delta']:+.3f}).", "",
                   "| seed | return exported | return training | identical | first divergence |",

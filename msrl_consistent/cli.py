@@ -128,8 +128,7 @@ def cmd_verify(args) -> int:
         print(f"msrl verify [{args.backend}]: golden set {g.get('count')} obs, {err}, bit-identical {g.get('bit_identical')}")
         roll = report["rollouts"]
         if roll:
-            strict = args.backend == "mindspore" and report["atol"] == 0 and report["precision"] == "fp32"
-            print(f"  rollouts: {rollout_summary(roll, strict, 'agreement' in g, report['atol'])}, return exported "
+            print(f"  rollouts: {rollout_summary(report)}, return exported "
                   f"{roll['mean_return_exported']:.2f} vs training {roll['mean_return_training']:.2f}")
         for c in report["criteria"]:
             print(f"  [{'ok' if c['passed'] else 'FAIL'}] {c['name']}")
