@@ -19,13 +19,14 @@ from mindspore import Tensor, nn
 import msrl_consistent
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent import runlock
+from msrl_consistent.checkpoint import load_agent_parameters
 from msrl_consistent.config import Config, load_config, to_dict
 from msrl_consistent.determinism import configure_mindspore, params_sha256, seed_everything
 from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.envs import env_spec
 from msrl_consistent.episodes import run_episodes_batched
 from msrl_consistent.fastcall import FastCall
-from msrl_consistent.networks import load_agent_parameters, named_parameters
+from msrl_consistent.networks.agents import named_parameters
 from msrl_consistent.normalization import RunningMeanStd
 from msrl_consistent.registry import register
 from msrl_consistent.signals import StopOnSignals

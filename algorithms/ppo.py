@@ -2,7 +2,7 @@
 
 Reads top to bottom: config, rollout cell, loss (all of it in PPOLoss.construct), the
 compiled update step, and ``train`` (epochs x minibatches over one rollout). The loop,
-buffer and policy cell are shared (on_policy.py, buffers.py, networks.py). Defaults follow
+buffer and policy cell are shared (on_policy.py, buffers.py, msrl_consistent/networks/). Defaults follow
 Stable-Baselines3; the configs under configs/ppo/ follow RL-Zoo's tuned hyperparameters.
 """
 from __future__ import annotations
@@ -30,7 +30,9 @@ from msrl_consistent.distributions import (
     sde_std,
 )
 from msrl_consistent.fastcall import FastCall
-from msrl_consistent.networks import MLP, Agent, Chain, dense, obs_encoder, with_encoder
+from msrl_consistent.networks.agents import Agent
+from msrl_consistent.networks.encoders import obs_encoder, with_encoder
+from msrl_consistent.networks.mlp import MLP, Chain, dense
 from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value

@@ -8,7 +8,7 @@ hooks of the shared loop. One graph call per gradient step does the critic, acto
 temperature and target updates, in Stable-Baselines3's order; the exploration action of the
 next step runs in the same call as the round's last update (cells.UpdateThenAct). All sampling
 noise is drawn on the host from the run's Generator and passed into the graphs. The loop,
-the replay buffer and the policy cell are shared (off_policy.py, buffers.py, networks.py).
+the replay buffer and the policy cell are shared (off_policy.py, buffers.py, msrl_consistent/networks/).
 """
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from mindspore import Parameter, Tensor, nn, ops
 
 from msrl_consistent.config import POSITIVE, Check
 from msrl_consistent.distributions import tanh_gaussian_log_prob
-from msrl_consistent.networks import MLP, Agent, Chain, QNetwork, ScaleToBox, Tanh, accurate_tanh, dense, frozen_copy, require_box
+from msrl_consistent.networks.agents import Agent, QNetwork, frozen_copy, require_box
+from msrl_consistent.networks.heads import ScaleToBox
+from msrl_consistent.networks.mlp import MLP, Chain, Tanh, accurate_tanh, dense
 from msrl_consistent.optim import Adam
 
 from .algorithm import register
@@ -96,7 +98,7 @@ class SACAct(nn.Cell):
 
     The normalized action a = tanh(u) in [-1, 1] is what the replay buffer stores; the env
     action is TanhScaleHead's mapping of the same u (computed from a: one tanh evaluation).
-    The losses use the same accurate tanh (networks.Tanh: accurate_tanh forward, 1 - y^2
+    The losses use the same accurate tanh (networks.mlp.Tanh: accurate_tanh forward, 1 - y^2
     backward), so the critics are trained on the actions the exported policy produces."""
 
     def __init__(self, agent: SACAgent):

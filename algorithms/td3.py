@@ -22,7 +22,9 @@ import numpy as np
 from mindspore import nn, ops
 
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, Check
-from msrl_consistent.networks import MLP, Agent, QNetwork, ScaleToBox, Tanh, accurate_tanh, frozen_copy, require_box
+from msrl_consistent.networks.agents import Agent, QNetwork, frozen_copy, require_box
+from msrl_consistent.networks.heads import ScaleToBox
+from msrl_consistent.networks.mlp import MLP, Tanh, accurate_tanh
 from msrl_consistent.optim import Adam
 
 from .algorithm import register

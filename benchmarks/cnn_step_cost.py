@@ -8,7 +8,7 @@ compiles).
 ``policy.conv_impl`` 'conv2d' is nn.Conv2d (MindSpore's CPU Conv2D: oneDNN 3.10 picks its
 ``jit_uni_ncsp:conv+ref:any`` implementation for the forward and backward-data passes on this
 AVX-512 machine, hundreds of ms per layer, see docs/benchmarks.md); 'matmul' is
-networks.MatMulConv2d (Slice / Transpose / Concat / MatMul, the same parameters).
+networks.image.MatMulConv2d (Slice / Transpose / Concat / MatMul, the same parameters).
 
     python benchmarks/cnn_step_cost.py [--batches 32 256] [--impls matmul conv2d] [--no-torch]
     python benchmarks/cnn_step_cost.py --impls matmul --no-torch --against-rev 9676cb6   # A/B, one process
@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--against-rev", metavar="REV",
-                    help="also time the ImageEncoder of git revision REV (its msrl_consistent/networks.py, "
+                    help="also time the ImageEncoder of git revision REV (its msrl_consistent/networks/image.py, "
                          "imported beside the current one), interleaved with the current one, same inputs")
     args = ap.parse_args()
 
@@ -51,7 +51,7 @@ def main() -> None:
 
     from msrl_consistent.determinism import configure_mindspore
     from msrl_consistent.envs import space_spec
-    from msrl_consistent.networks import ImageEncoder
+    from msrl_consistent.networks.image import ImageEncoder
 
     configure_mindspore("CPU")
     spec = replace(space_spec(spaces.Box(0, 255, (210, 160, 3), np.uint8), spaces.Discrete(4)), frame_stack=4)
@@ -101,19 +101,25 @@ def main() -> None:
 
 
 def networks_at(rev: str):
-    """msrl_consistent/networks.py as of git revision ``rev``, imported as a module of the package
-    (its relative imports resolve to the current package)."""
+    """The module holding ImageEncoder as of git revision ``rev`` (msrl_consistent/networks/image.py,
+    or msrl_consistent/networks.py before the networks package), imported beside its current
+    counterpart (its relative imports resolve to the current package)."""
     import importlib.util
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    src = subprocess.run(["git", "-C", root, "show", f"{rev}:msrl_consistent/networks.py"], check=True,
-                         capture_output=True, text=True).stdout
     import tempfile
-    path = os.path.join(tempfile.mkdtemp(prefix="msrl-networks-"), "networks.py")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for rel, package in (("msrl_consistent/networks/image.py", "msrl_consistent.networks"),  # noqa: B007  (both used after the loop)
+                         ("msrl_consistent/networks.py", "msrl_consistent")):
+        r = subprocess.run(["git", "-C", root, "show", f"{rev}:{rel}"], capture_output=True, text=True)
+        if r.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"--against-rev {rev}: no ImageEncoder module at that revision")
+    path = os.path.join(tempfile.mkdtemp(prefix="msrl-networks-"), os.path.basename(rel))
     with open(path, "w") as f:
-        f.write(src)  # a file: MindSpore's graph parser reads the source of construct
-    name = f"msrl_consistent._networks_{rev}".replace("~", "_").replace("^", "_")
+        f.write(r.stdout)  # a file: MindSpore's graph parser reads the source of construct
+    name = f"{package}._image_{rev}".replace("~", "_").replace("^", "_")
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod

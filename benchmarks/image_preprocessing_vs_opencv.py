@@ -1,4 +1,4 @@
-"""The in-cell image preprocessing (networks.ImageEncoder: grayscale + area resize as MatMuls)
+"""The in-cell image preprocessing (networks.image.ImageEncoder: grayscale + area resize as MatMuls)
 against gymnasium's AtariPreprocessing path (OpenCV: cvtColor RGB2GRAY to uint8, then resize
 INTER_AREA to uint8), on 210x160x3 frames resized to 84x84. Not bitwise, and it need not be:
 training and the export both use the in-cell version; this states how far a policy trained on
@@ -37,7 +37,7 @@ def main() -> None:
     from mindspore import Tensor
 
     from msrl_consistent.envs import space_spec
-    from msrl_consistent.networks import ImageEncoder
+    from msrl_consistent.networks.image import ImageEncoder
 
     spec = space_spec(spaces.Box(0, 255, (210, 160, 3), np.uint8), spaces.Discrete(4))
     enc = ImageEncoder(np.random.default_rng(0), spec, "nature", True, [84, 84], True)

@@ -36,7 +36,7 @@ def timeit(fn, x, calls):
 
 def actor_weights(policy):
     """(normalizer or None, [(W, b), ...], head kind, low, high) read from the training cell."""
-    from msrl_consistent.networks import named_parameters
+    from msrl_consistent.networks.agents import named_parameters
     params = {k: p.asnumpy() for k, p in named_parameters(policy.agent).items()}
     layers = []
     i = 0

@@ -84,10 +84,9 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
 # one linear pipeline (validate, each format, golden set, manifest, swap): its branches are options
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),  # noqa: C901
                precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
-               precision_mode: Optional[str] = None, force: bool = False, head_override=None,
+               precision_mode: Optional[str] = None, force: bool = False,
                precision_sweep: bool = False, sweep_episodes: int = 10) -> mf.Manifest:
-    """Export a run's policy; returns the manifest. ``head_override`` exists for tests that
-    prove verify catches a policy exported without its action post-processing."""
+    """Export a run's policy; returns the manifest."""
     formats = list(formats)
     if precision not in ("fp32", "fp16"):
         raise ConfigError(f"--precision {precision!r}: expected fp32 or fp16")
@@ -109,10 +108,9 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
 
     reference = TrainCellPolicy(run_dir, checkpoint)
     spec = reference.spec
-    if head_override is not None:
-        cell = reference.agent.policy_cell(head=head_override)
-    elif precision == "fp16":
-        cell = TrainCellPolicy(run_dir, reference.checkpoint, precision="fp16").cell
+    if precision == "fp16":
+        from .sweep import emulated_policy
+        cell = emulated_policy(run_dir, reference.checkpoint, "fp16").cell
     else:
         cell = reference.cell  # the very cell the training code evaluates
     golden_batch = 1 if batch == "dynamic" else int(batch)
@@ -171,7 +169,7 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
             io={"input": {"name": INPUT_NAME, "shape": [None if batch == "dynamic" else golden_batch, spec.obs_dim],
                           "dtype": spec.input_dtype},
                 "output": {"name": OUTPUT_NAME, "shape": out_shape, "dtype": out_dtype},
-                "post_processing": _post_processing(spec, reference.agent.squash, head_override is not None)},
+                "post_processing": _post_processing(spec, reference.agent.squash)},
             files=files,
             golden=mf.GoldenInfo(file="golden.npz", count=int(len(obs)), batch=golden_batch,
                                  reference="training cell, fp32", **counts),
@@ -238,9 +236,7 @@ def write_bundle(directory: str) -> str:
     return dst
 
 
-def _post_processing(spec, squash: bool, raw: bool) -> str:
-    if raw:
-        return "none (raw network output; for testing verify only)"
+def _post_processing(spec, squash: bool) -> str:
     if spec.act_kind == "MultiDiscrete":
         return f"argmax over each logit segment of nvec {list(spec.nvec)}, int32 (B, {spec.n_actions})"
     if spec.act_kind == "MultiBinary":

@@ -10,7 +10,7 @@ check ever fails, the fixed-batch graph is kept and the reason recorded in the m
 
 MindSpore writes an ``ops.argmax`` output as an int32 Cast behind an int64-declared graph
 output, which ONNX Runtime refuses to load; the policy cell's ArgmaxHead therefore emits
-int32 itself (networks.ArgmaxHead), and this writer checks the written graph's output type.
+int32 itself (networks.heads.ArgmaxHead), and this writer checks the written graph's output type.
 """
 from __future__ import annotations
 

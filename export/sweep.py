@@ -15,9 +15,11 @@ on the device gives the real figure.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
+import mindspore as ms
 import numpy as np
+from mindspore import nn, ops
 
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
@@ -31,12 +33,68 @@ NOT_EMULATED = [{"atc": "allow_mix_precision", "lite": "preferred_optimal",
                  "why": "op-by-op fp16 selection from CANN's built-in lists; not reproducible on the CPU backend"}]
 
 
+class CastIO(nn.Cell):
+    """float32 in and out around a cell that computes in float16 (fp16 deployment emulation)."""
+
+    def __init__(self, cell: nn.Cell, discrete: bool):
+        super().__init__()
+        self.cell = cell
+        self.discrete = discrete
+
+    def construct(self, obs):
+        out = self.cell(ops.cast(obs, ms.float16))
+        if self.discrete:
+            return out
+        return ops.cast(out, ms.float32)
+
+
+class Fp16Matmul(nn.Cell):
+    """A Dense layer computing in float16 between float32 activations: emulates Ascend's
+    allow_fp32_to_fp16 / Lite's preferred_fp32 (matrix ops in fp16, vector ops kept fp32)."""
+
+    def __init__(self, dense: nn.Dense):
+        super().__init__()
+        self.dense = dense.to_float(ms.float16)
+
+    def construct(self, x):
+        return ops.cast(self.dense(ops.cast(x, ms.float16)), ms.float32)
+
+
+def fp16_matmuls(cell: nn.Cell) -> nn.Cell:
+    """Replace every nn.Dense inside SequentialCells of ``cell`` by Fp16Matmul (in place).
+    Build a new PolicyCell afterwards: a compiled graph does not see later changes."""
+    for _, sub in list(cell.cells_and_names()):
+        if isinstance(sub, nn.SequentialCell):
+            for i in range(len(sub)):
+                if isinstance(sub[i], nn.Dense):
+                    sub[i] = Fp16Matmul(sub[i])
+        for name, child in list(sub.name_cells().items()):
+            if isinstance(child, nn.Dense) and not isinstance(sub, (nn.SequentialCell, Fp16Matmul)):
+                setattr(sub, name, Fp16Matmul(child))
+    return cell
+
+
+def emulated_policy(run_dir: str, checkpoint: Optional[str], emulation: str) -> TrainCellPolicy:
+    """The training cell of a run with ``emulation`` applied: fp32 (as trained), fp16-matmul (the
+    Dense layers in float16 between float32 activations) or fp16 (the whole cell in float16, float32
+    input and output). Each call loads its own agent: the fp16 emulations change it in place."""
+    pol = TrainCellPolicy(run_dir, checkpoint)
+    if emulation == "fp16":
+        pol.cell = CastIO(pol.cell.to_float(ms.float16), pol.spec.discrete)
+    elif emulation == "fp16-matmul":
+        fp16_matmuls(pol.agent)
+        pol.cell = pol.agent.policy_cell()
+    elif emulation != "fp32":
+        raise ValueError(f"emulation {emulation!r}: expected fp32, fp16 or fp16-matmul")
+    return pol
+
+
 def precision_sweep(run_dir: str, checkpoint: str, golden_obs: np.ndarray, golden_actions: np.ndarray,
                     golden_batch: int, episodes: int = 10, seed: int = 0) -> dict:
     rows: List[dict] = []
     ref_returns = None
     for mode in MODES:
-        pol = TrainCellPolicy(run_dir, checkpoint, precision=mode["emulation"])
+        pol = emulated_policy(run_dir, checkpoint, mode["emulation"])
         acts = pol.act_at_batch(golden_obs, golden_batch)
         row = dict(mode)
         if pol.spec.discrete:

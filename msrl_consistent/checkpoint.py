@@ -154,3 +154,22 @@ def prune(ckpt_dir: str, keep: int) -> None:
             os.unlink(p)
         except OSError:  # pragma: no cover
             pass
+
+
+def load_agent_parameters(agent, tensors: dict, source: str) -> None:
+    """Set every parameter of ``agent`` from checkpoint tensors ``agent/<name>``; a missing
+    parameter or a shape mismatch raises CheckpointError naming ``source``."""
+    from mindspore import Tensor
+
+    from .networks.agents import named_parameters
+
+    params = named_parameters(agent)
+    missing = [k for k in params if f"agent/{k}" not in tensors]
+    if missing:
+        raise CheckpointError(f"{source}: checkpoint lacks parameters {missing[:5]} "
+                              f"(was it written by another algorithm or network config?)")
+    for k, p in params.items():
+        arr = tensors[f"agent/{k}"]
+        if tuple(arr.shape) != tuple(p.shape):
+            raise CheckpointError(f"{source}: parameter {k} has shape {arr.shape}, the network expects {tuple(p.shape)}")
+        p.set_data(Tensor(arr))

@@ -82,13 +82,15 @@ class TrainCellPolicy(Policy):
 
     backend = "train"
 
-    def __init__(self, run_dir: str, checkpoint: Optional[str] = None, precision: str = "fp32"):
+    def __init__(self, run_dir: str, checkpoint: Optional[str] = None):
         from mindspore import Tensor
 
         from . import checkpoint as ckpt
+        from .checkpoint import load_agent_parameters
         from .determinism import configure_mindspore
         from .envs import env_spec
-        from .networks import CastIO, load_agent_parameters
+
+        # FP16 CastIO
         from .registry import build_agent
 
         cfg = read_run_config(run_dir)
@@ -106,15 +108,6 @@ class TrainCellPolicy(Policy):
         self.agent = agent
         self.checkpoint = path
         self.cell = agent.policy_cell()
-        if precision == "fp16":
-            import mindspore as ms
-            self.cell = CastIO(self.cell.to_float(ms.float16), spec.discrete)
-        elif precision == "fp16-matmul":
-            from .networks import fp16_matmuls
-            fp16_matmuls(agent)
-            self.cell = agent.policy_cell()
-        elif precision != "fp32":
-            raise ValueError(f"precision {precision!r}: expected fp32, fp16 or fp16-matmul")
         self._Tensor = Tensor
 
     def _run(self, x: np.ndarray) -> np.ndarray:

@@ -22,6 +22,24 @@ def train_run(tmp_root, config, overrides, name):
     return run_dir, summary, algo
 
 
+def export_without_head(monkeypatch, run_dir, out_dir, **kwargs):
+    """``export_run`` with the action head left out of the written model (raw network output: the
+    forgotten-post-processing bug), while the golden set keeps the training cell's actions."""
+    from mindspore import nn
+
+    from msrl_consistent.export import exporter
+    from msrl_consistent.networks.heads import PolicyCell
+
+    class IdentityHead(nn.Cell):
+        def construct(self, x):
+            return x
+
+    write = exporter.write_mindir
+    monkeypatch.setattr(exporter, "write_mindir",
+                        lambda cell, *a, **k: write(PolicyCell(cell.normalizer, cell.actor, IdentityHead()), *a, **k))
+    return exporter.export_run(run_dir, out_dir, **kwargs)
+
+
 def copy_run_at_checkpoint(run_dir, dest, checkpoint: str):
     """A copy of a finished run directory whose newest checkpoint is ``checkpoint`` (later ones
     and summary.json removed): what an interruption at that checkpoint leaves behind."""

@@ -4,12 +4,11 @@ import json
 
 import numpy as np
 import pytest
-from helpers import train_run
+from helpers import export_without_head, train_run
 
 from msrl_consistent.cli import main
 from msrl_consistent.export.exporter import export_run
 from msrl_consistent.export.verify import verify_export
-from msrl_consistent.networks import IdentityHead
 
 SHORT = ["total_timesteps=400", "algo.learning_starts=200", "eval.freq=0", "eval.episodes=1",
          "policy.net_arch=[64, 64]", "algo.batch_size=64", "log.tensorboard=false"]
@@ -35,11 +34,11 @@ def test_offpolicy_export_verifies(offpolicy_run, tmp_path):
         assert g["actions"].min() >= -2.0 and g["actions"].max() <= 2.0
 
 
-def test_offpolicy_export_without_scaling_fails(offpolicy_run, tmp_path, capsys):
+def test_offpolicy_export_without_scaling_fails(offpolicy_run, tmp_path, capsys, monkeypatch):
     # the forgotten-post-processing bug: the raw pre-tanh network output exported as the action
     algo, run = offpolicy_run
     out = str(tmp_path / "raw")
-    export_run(run, out, golden=128, head_override=IdentityHead())
+    export_without_head(monkeypatch, run, out, golden=128)
     rc = main(["verify", out, "--episodes", "1", "--json"])
     r = json.loads(capsys.readouterr().out)
     assert rc == 1 and not r["passed"]

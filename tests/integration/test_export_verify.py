@@ -5,13 +5,13 @@ import stat
 
 import numpy as np
 import pytest
+from helpers import export_without_head
 
 from msrl_consistent.cli import main
 from msrl_consistent.config import ConfigError
 from msrl_consistent.export.exporter import export_run
 from msrl_consistent.export.verify import verify_export
 from msrl_consistent.manifest import IntegrityError, read_manifest
-from msrl_consistent.networks import IdentityHead
 from msrl_consistent.runtime import BackendUnavailable, load_policy
 
 
@@ -118,10 +118,10 @@ def test_gsde_policy_exports_its_mean_and_verifies(tmp_path):
     assert read_manifest(out).source.config["algo"]["use_sde"] is True
 
 
-def test_raw_output_export_is_a_mismatch(cartpole_run, tmp_path, capsys):
+def test_raw_output_export_is_a_mismatch(cartpole_run, tmp_path, capsys, monkeypatch):
     # exported without its post-processing: logits instead of the argmax index
     out = str(tmp_path / "raw")
-    export_run(cartpole_run, out, golden=128, head_override=IdentityHead())
+    export_without_head(monkeypatch, cartpole_run, out, golden=128)
     rc = main(["verify", out, "--episodes", "1", "--json"])
     r = json.loads(capsys.readouterr().out)
     assert rc == 1 and not r["passed"]

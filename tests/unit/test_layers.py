@@ -8,6 +8,7 @@ import os
 from helpers import ROOT
 
 PACKAGES = {"msrl_consistent": "msrl_consistent", "msrl_consistent.deploy": os.path.join("msrl_consistent", "deploy"),
+            "msrl_consistent.networks": os.path.join("msrl_consistent", "networks"),
             "msrl_consistent.algorithms": "algorithms", "msrl_consistent.export": "export"}
 APPLICATION = {"msrl_consistent.cli", "msrl_consistent.cli_train", "msrl_consistent.entry", "msrl_consistent.__main__"}
 

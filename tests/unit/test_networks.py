@@ -3,7 +3,8 @@ import numpy as np
 from mindspore import Tensor, nn
 
 from msrl_consistent.determinism import configure_mindspore
-from msrl_consistent.networks import ArgmaxHead, ClipHead, Tanh, TanhScaleHead, orthogonal
+from msrl_consistent.networks.heads import ArgmaxHead, ClipHead, TanhScaleHead
+from msrl_consistent.networks.mlp import Tanh, orthogonal
 
 configure_mindspore("CPU")
 

@@ -17,7 +17,7 @@ from msrl_consistent.config import ConfigError, load_config
 from msrl_consistent.determinism import configure_mindspore
 from msrl_consistent.distributions import tanh_gaussian_log_prob
 from msrl_consistent.envs import SpaceSpec
-from msrl_consistent.networks import TanhScaleHead
+from msrl_consistent.networks.heads import TanhScaleHead
 
 configure_mindspore("CPU")
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")

@@ -30,4 +30,8 @@ def test_wheel_contains_the_shipped_configs(tmp_path):
     assert expected <= names, sorted(expected - names)
     assert "msrl_consistent/configs/__init__.py" in names
     assert {"msrl_consistent/algorithms/ppo.py", "msrl_consistent/export/exporter.py", "msrl_consistent/plot.py"} <= names
+    sources = {os.path.relpath(os.path.join(d, f), ROOT) for top in ("msrl_consistent", "algorithms", "export")
+               for d, _, fs in os.walk(os.path.join(ROOT, top)) for f in fs if f.endswith(".py")}
+    installed = {s if s.startswith("msrl_consistent/") else f"msrl_consistent/{s}" for s in sources}
+    assert installed <= names, sorted(installed - names)  # every module, sub-packages included
     assert not any(n.startswith(("configs/", "algorithms/", "export/")) for n in names)  # no generic top-level names

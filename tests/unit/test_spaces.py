@@ -8,7 +8,8 @@ from mindspore import Tensor
 from msrl_consistent.config import ConfigError, load_config
 from msrl_consistent.deploy import Policy
 from msrl_consistent.envs import SpaceSpec, space_spec
-from msrl_consistent.networks import OneHot, require_box
+from msrl_consistent.networks.agents import require_box
+from msrl_consistent.networks.encoders import OneHot
 
 
 def test_discrete_observation_spec_round_trips():
@@ -166,7 +167,7 @@ def test_dict_spaces_refused_with_the_key_named():
 
 def test_dict_encoder_is_onehot_and_identity_in_key_order():
     from msrl_consistent.envs import flat_obs
-    from msrl_consistent.networks import obs_encoder
+    from msrl_consistent.networks.encoders import obs_encoder
     spec = space_spec(DICT_SPACE, spaces.Discrete(6))
     enc, width = obs_encoder(spec)
     assert width == 3 + 6 + 1
@@ -216,7 +217,7 @@ def test_image_spaces_detected_with_layout():
 
 
 def test_area_matrix_averages_blocks():
-    from msrl_consistent.networks import area_matrix
+    from msrl_consistent.networks.image import area_matrix
     m = area_matrix(4, 8)
     assert np.allclose(m.sum(1), 1.0) and np.allclose(m[1], [0, 0, 0.5, 0.5, 0, 0, 0, 0])
     m = area_matrix(3, 4)  # fractional overlaps: [0, 4/3), [4/3, 8/3), [8/3, 4)
@@ -226,7 +227,7 @@ def test_area_matrix_averages_blocks():
 def _encoder(shape, **kw):
     from types import SimpleNamespace
 
-    from msrl_consistent.networks import ImageEncoder
+    from msrl_consistent.networks.image import ImageEncoder
     spec = space_spec(spaces.Box(0, 255, shape, np.uint8), spaces.Discrete(4))
     args = dict(cnn="small", grayscale=False, resize=None, ortho=True)
     args.update(kw)
@@ -238,7 +239,7 @@ def test_image_preprocessing_inside_the_cell_matches_numpy():
     frames = rng.integers(0, 256, (2, 32, 24, 3)).astype(np.uint8)
     enc, spec, _ = _encoder((32, 24, 3), grayscale=True, resize=[16, 12])
     got = enc.preprocess(Tensor(frames.reshape(2, -1))).asnumpy()
-    from msrl_consistent.networks import GRAY_WEIGHTS, area_matrix
+    from msrl_consistent.networks.image import GRAY_WEIGHTS, area_matrix
     x = frames.astype(np.float64) / 255.0
     gray = (x * np.asarray(GRAY_WEIGHTS)).sum(-1)                     # (2, 32, 24)
     want = area_matrix(16, 32).astype(np.float64) @ gray @ area_matrix(12, 24).T.astype(np.float64)
@@ -371,7 +372,7 @@ def test_breakout_config_gives_stacked_raw_frames(configs_dir):
 
 def test_conv_impl_auto_follows_the_device():
     from msrl_consistent.config import PolicyConfig
-    from msrl_consistent.networks import conv_impl_for
+    from msrl_consistent.networks.encoders import conv_impl_for
 
     assert PolicyConfig().conv_impl == "auto"
     assert conv_impl_for("auto", "CPU") == "matmul"  # MindSpore's CPU Conv2D is the slow path

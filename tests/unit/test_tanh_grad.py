@@ -5,7 +5,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from msrl_consistent.determinism import configure_mindspore
-from msrl_consistent.networks import Tanh
+from msrl_consistent.networks.mlp import Tanh
 
 
 class Sum(nn.Cell):

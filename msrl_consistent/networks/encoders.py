@@ -1,0 +1,95 @@
+"""Observation encoders: what turns the raw observation row into network input, inside the cell
+(one-hot for Discrete, per-key features for Dict, preprocessing + CNN for images)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from .image import ImageEncoder
+from .mlp import Chain
+
+
+class OneHot(nn.Cell):
+    """A Discrete observation (its index as one float32 value, shape (B, 1)) -> one-hot (B, n).
+
+    ``index == [0, 1, ..., n-1]`` as float32: an exact comparison (Equal + Cast in the exported
+    graph, no OneHot operator, whose negative-index rule differs between runtimes). An index
+    outside 0..n-1 gives the zero vector; deploy.Policy refuses such inputs before the cell."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = int(n)
+        self.values = Tensor(np.arange(self.n, dtype=np.float32))
+
+    def construct(self, x):
+        return ops.cast(ops.equal(x, self.values), ms.float32)
+
+
+class DictEncoder(nn.Cell):
+    """A Dict observation row (its keys' values concatenated in sorted key order, a Discrete key
+    as its index) -> the keys' features in the same order: a Box key's values as they are, a
+    Discrete key one-hot. One constant Gather picks, for every feature, the row column it comes
+    from; Equal against a constant gives the one-hot features; a constant 0/1 mask chooses
+    between the two (``x * 1 + 0`` and ``x * 0 + onehot`` are exact), so the exported graph is
+    Gather, Equal, Cast, Mul, Add for any mix of keys (no list op, no OneHot op)."""
+
+    def __init__(self, parts):
+        super().__init__()
+        src, values, is_box = [], [], []
+        col = 0
+        for _, kind, n, shape in parts:
+            if kind == "Discrete":
+                src += [col] * n
+                values += list(range(n))
+                is_box += [0.0] * n
+                col += 1
+            else:
+                w = int(np.prod(shape))
+                src += list(range(col, col + w))
+                values += [-1.0] * w  # never equal: the Box features take the raw value
+                is_box += [1.0] * w
+                col += w
+        self.out_dim = len(src)
+        self.src = Tensor(np.asarray(src, np.int32))
+        self.values = Tensor(np.asarray(values, np.float32))
+        self.box = Tensor(np.asarray(is_box, np.float32))
+        self.onehot_mask = Tensor(1.0 - np.asarray(is_box, np.float32))
+
+    def construct(self, x):
+        g = ops.gather(x, self.src, 1)
+        onehot = ops.cast(ops.equal(g, self.values), ms.float32)
+        return g * self.box + onehot * self.onehot_mask
+
+
+def conv_impl_for(conv_impl: str, device: str) -> str:
+    """policy.conv_impl resolved: 'auto' is 'matmul' on the CPU device (MindSpore's CPU Conv2D is
+    12-60x slower) and 'conv2d' on Ascend and GPU (a real Conv2D node, what their units run)."""
+    if conv_impl == "auto":
+        return "matmul" if device == "CPU" else "conv2d"
+    return conv_impl
+
+
+def obs_encoder(spec, rng=None, policy_cfg=None, device: str = "CPU"):
+    """(encoder cell or None, features width) for the observation space: None for a Box (the
+    network sees the normalized row as before), OneHot for a Discrete observation, DictEncoder
+    for a Dict (each key's encoder, concatenated in the sorted key order of SpaceSpec.obs_parts),
+    ImageEncoder (preprocessing + CNN, weights from ``rng``) for an image."""
+    if spec.obs_kind == "Image":
+        pc = policy_cfg
+        enc = ImageEncoder(rng, spec, pc.cnn, pc.grayscale, pc.resize, pc.ortho_init, conv_impl_for(pc.conv_impl, device))
+        return enc, enc.out_dim
+    if spec.obs_kind == "Discrete":
+        return OneHot(spec.obs_n), spec.obs_n
+    if spec.obs_kind == "Dict":
+        enc = DictEncoder(spec.obs_parts)
+        return enc, enc.out_dim
+    return None, spec.obs_dim
+
+
+def with_encoder(encoder: Optional[nn.Cell], net: nn.Cell) -> nn.Cell:
+    """``net`` behind the observation encoder (the same encoder object for every network that
+    sees observations); ``net`` itself for a Box observation (parameter names unchanged)."""
+    return net if encoder is None else Chain(encoder, net)

@@ -1,0 +1,104 @@
+"""Action heads and the deterministic policy cell (obs-norm -> net -> action head).
+
+:class:`PolicyCell` is the export target. It holds *the same* normalizer and actor sub-cells
+(the same Parameter objects) that the training losses use, followed by the action
+post-processing of the consistency contract:
+
+* discrete: ``argmax`` of the logits, as int32 (int32 inside the cell so ONNX Runtime loads the
+  exported graph); MultiDiscrete / MultiBinary: the mode of each dimension, int32;
+* continuous, unsquashed (PPO): the mean clipped to the Box bounds;
+* continuous, squashed (SAC, TD3): ``low + (tanh(u) + 1) / 2 * (high - low)``, clipped.
+"""
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from ..normalization import ObsNormalizer
+from .mlp import accurate_tanh
+
+
+class ArgmaxHead(nn.Cell):
+    """argmax over the logits, cast to int32 inside the cell: MindSpore's ONNX writer emits an
+    argmax output as an int32 Cast behind an int64-declared output, which ONNX Runtime
+    refuses to load; an explicit int32 cast gives a graph it loads."""
+
+    def construct(self, logits):
+        return ops.cast(ops.argmax(logits, -1), ms.int32)
+
+
+class ModeHead(nn.Cell):
+    """The mode of a per-dimension discrete distribution (distributions.MultiCategorical: argmax
+    of each logit segment; Bernoulli: logit > 0), int32 of shape (B, dims)."""
+
+    def __init__(self, dist: nn.Cell):
+        super().__init__()
+        self.dist = dist
+
+    def construct(self, logits):
+        return self.dist.mode(logits)
+
+
+class ClipHead(nn.Cell):
+    """Clip to the Box bounds (PPO's Gaussian mean)."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.low = Tensor(np.asarray(low, np.float32))
+        self.high = Tensor(np.asarray(high, np.float32))
+
+    def construct(self, x):
+        return ops.clip_by_value(x, self.low, self.high)
+
+
+class ScaleToBox(nn.Cell):
+    """Normalized action a in [-1, 1] -> ``low + (a + 1) * (high - low) / 2``, clipped: the affine
+    part of TanhScaleHead, for the acting cells that also need ``a`` itself (what the replay buffer
+    stores), so the env action and the stored action come from one tanh evaluation."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        low = np.asarray(low, np.float32)
+        high = np.asarray(high, np.float32)
+        self.low = Tensor(low)
+        self.high = Tensor(high)
+        self.half_range = Tensor(((high - low) / 2.0).astype(np.float32))
+
+    def construct(self, a):
+        return ops.clip_by_value(self.low + (a + 1.0) * self.half_range, self.low, self.high)
+
+
+class TanhScaleHead(nn.Cell):
+    """``low + (tanh(u) + 1) * (high - low) / 2``, clipped to [low, high] against rounding."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.scale = ScaleToBox(low, high)
+
+    def construct(self, u):
+        return self.scale(accurate_tanh(u))
+
+
+class PolicyCell(nn.Cell):
+    """The deterministic policy: normalizer -> actor network -> action head, one graph."""
+
+    def __init__(self, normalizer: ObsNormalizer, actor: nn.Cell, head: nn.Cell):
+        super().__init__()
+        self.normalizer = normalizer
+        self.actor = actor
+        self.head = head
+
+    def construct(self, obs):
+        return self.head(self.actor(self.normalizer(obs)))
+
+
+def make_head(spec, squash: bool) -> nn.Cell:
+    if spec.act_kind in ("MultiDiscrete", "MultiBinary"):
+        from ..distributions import multi_distribution
+        return ModeHead(multi_distribution(spec))
+    if spec.discrete:
+        return ArgmaxHead()
+    if squash:
+        return TanhScaleHead(spec.act_low, spec.act_high)
+    return ClipHead(spec.act_low, spec.act_high)

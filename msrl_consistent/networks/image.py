@@ -1,0 +1,302 @@
+"""Image observations: the whole preprocessing inside the cell (cast, grayscale, area resize),
+then a convolutional trunk, so the exported graph consumes the raw uint8 frame."""
+from __future__ import annotations
+
+from typing import List
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from .mlp import dense, orthogonal
+
+GRAY_WEIGHTS = (0.299, 0.587, 0.114)
+"""RGB -> gray luma weights (ITU-R BT.601, as OpenCV's COLOR_RGB2GRAY)."""
+
+
+def area_matrix(n_out: int, n_in: int) -> np.ndarray:
+    """(n_out, n_in) weights of area resampling along one axis: output pixel i is the mean of the
+    input interval [i * n_in / n_out, (i + 1) * n_in / n_out), partial pixels weighted by their
+    overlap (OpenCV's INTER_AREA for shrinking). ImageEncoder resizes the rows with its nonzero
+    taps (area_taps: Gathers, Muls, Adds) and the columns with it as one MatMul, inside the graph
+    (no Resize operator: the same arithmetic in MindIR, ONNX and OM)."""
+    m = np.zeros((n_out, n_in), np.float64)
+    scale = n_in / n_out
+    for i in range(n_out):
+        lo, hi = i * scale, (i + 1) * scale
+        for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in)):
+            m[i, j] = max(0.0, min(hi, j + 1) - max(lo, j))
+    return (m / m.sum(1, keepdims=True)).astype(np.float32)
+
+
+def area_taps(n_out: int, n_in: int):
+    """The nonzero entries of ``area_matrix(n_out, n_in)`` as taps: (indices, weights), each of shape
+    (taps, n_out); output pixel i is ``sum_t w[t, i] * x[idx[t, i]]`` (rows with fewer nonzeros pad
+    with index 0 and weight 0). At most ceil(n_in / n_out) + 1 taps: 3 for 210 -> 84 and 160 -> 84."""
+    m = area_matrix(n_out, n_in)
+    taps = int((m > 0).sum(1).max())
+    idx = np.zeros((taps, n_out), np.int32)
+    w = np.zeros((taps, n_out), np.float32)
+    for i in range(n_out):
+        js = np.nonzero(m[i])[0]
+        idx[:len(js), i] = js
+        w[:len(js), i] = m[i, js]
+    return idx, w
+
+
+class Crop(nn.Cell):
+    """``x[:, b1:b1+n1, b2:b2+n2, b3:b3+n3]`` of a 4-D tensor (any batch size) as Gathers with constant
+    indices: one Gather over the merged dims 1 and 2 when dim 3 is kept whole (the conv windows,
+    each index copying a contiguous row), else one Gather per cropped dim. Not tensor indexing:
+    MindSpore 2.10's CPU StridedSlice copies ~50M floats/s (120 ms for one 256 x 20 x 20 x 64 window);
+    not ops.slice: it needs the batch size, and -1 there exports to an ONNX Slice that drops the
+    last row. Backward: ``dout`` zero-padded back to the input shape (Concats with zeros). Only training
+    depends on the backward; the exported graph holds the Gathers (ONNX Gather)."""
+
+    def __init__(self, begin, size, full):
+        super().__init__()
+        b, n, f = [int(v) for v in begin], [int(v) for v in size], [int(v) for v in full]
+        # the backward: dout zero-padded back to the input shape, as Concats with zero blocks (the
+        # same values as ops.pad; MindSpore 2.10's CPU PadV3 took 14-26 ms for a 256 x 9 x 9 x 128
+        # gradient, the Concats 1.7 ms)
+        self.zero_pads = tuple((d, b[d], f[d] - b[d] - n[d]) for d in (1, 2, 3) if n[d] != f[d])
+        self.flat = b[3] == 0 and n[3] == f[3]
+        self.idx1 = self.idx2 = self.idx3 = None
+        if self.flat:
+            rows = np.arange(b[1], b[1] + n[1])[:, None] * f[2] + np.arange(b[2], b[2] + n[2])[None, :]
+            self.idx1 = Tensor(rows.reshape(-1).astype(np.int32))
+            self.merged = (-1, f[1] * f[2], f[3])
+            self.out_shape = (-1, n[1], n[2], n[3])
+        else:
+            for d in (1, 2, 3):
+                if n[d] != f[d]:
+                    setattr(self, f"idx{d}", Tensor(np.arange(b[d], b[d] + n[d], dtype=np.int32)))
+
+    def construct(self, x):
+        if self.flat:
+            return ops.gather(x.reshape(self.merged), self.idx1, 1).reshape(self.out_shape)
+        if self.idx1 is not None:
+            x = ops.gather(x, self.idx1, 1)
+        if self.idx2 is not None:
+            x = ops.gather(x, self.idx2, 2)
+        if self.idx3 is not None:
+            x = ops.gather(x, self.idx3, 3)
+        return x
+
+    def bprop(self, x, out, dout):
+        g = dout
+        for d, before, after in self.zero_pads:
+            shape = g.shape
+            if before:
+                g = ops.concat((ops.zeros(shape[:d] + (before,) + shape[d + 1:], g.dtype), g), d)
+            if after:
+                g = ops.concat((g, ops.zeros(shape[:d] + (after,) + shape[d + 1:], g.dtype)), d)
+        return (g,)
+
+
+class MatMulConv2d(nn.Cell):
+    """A 'valid' convolution whose kernel size is a multiple of its stride, as Gather / Reshape /
+    Transpose / Concat and one MatMul: what NatureCNN's 8x8/4, 4x4/2 and 3x3/1 layers (and the
+    'small' trunk's 4x4/4, 2x2/2) compute, 12-60x faster than MindSpore 2.10's CPU Conv2D (the
+    whole NatureCNN encoder with its preprocessing ~5x: docs/benchmarks.md,
+    benchmarks/cnn_step_cost.py), equal to it within float32 rounding.
+
+    Space-to-depth by the stride s turns the input into (B, H/s, W/s, C*s*s) blocks; the conv is
+    then an m x m, stride-1 conv over blocks (m = kernel / s), i.e. the m*m shifted block windows
+    concatenated (im2col, Gathers: see Crop) times the weight as a matrix. The parameters are
+    nn.Conv2d's: ``weight`` (out, in, k, k) and ``bias`` (out,), the same names, shapes and init, so a checkpoint fits
+    either implementation; the weight is rearranged to the matrix inside the graph. Input NCHW
+    (``nchw_in``, the first layer) or NHWC; output NHWC (ImageEncoder transposes the last layer's
+    output back to NCHW before flattening, so the Dense after it sees Conv2d's feature order)."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray, stride: int, in_hw, nchw_in: bool):
+        super().__init__()
+        c_out, c_in, k, _ = weight.shape
+        s = int(stride)
+        if k % s:
+            raise ValueError(f"MatMulConv2d needs kernel % stride == 0, got kernel {k}, stride {s}")
+        self.weight = ms.Parameter(Tensor(weight), name="weight")
+        self.bias = ms.Parameter(Tensor(bias), name="bias")
+        h, w = int(in_hw[0]), int(in_hw[1])
+        m = k // s
+        oh, ow = (h - k) // s + 1, (w - k) // s + 1
+        hb, wb = oh - 1 + m, ow - 1 + m  # the blocks the output reads; the rest of the input is unused
+        self.nchw_in = bool(nchw_in)
+        full = (0, c_in, h, w) if self.nchw_in else (0, h, w, c_in)
+        used = (0, c_in, hb * s, wb * s) if self.nchw_in else (0, hb * s, wb * s, c_in)
+        self.crop = None if used == full else Crop((0, 0, 0, 0), used, full)
+        if self.nchw_in:  # (B, C, hb, s, wb, s) -> (B, hb, wb, C, s, s)
+            self.blocks, self.perm = (-1, c_in, hb, s, wb, s), (0, 2, 4, 1, 3, 5)
+        else:  # (B, hb, s, wb, s, C) -> (B, hb, wb, C, s, s)
+            self.blocks, self.perm = (-1, hb, s, wb, s, c_in), (0, 1, 3, 5, 2, 4)
+        self.flat_blocks = (-1, hb, wb, c_in * s * s)
+        self.windows = None if m == 1 else nn.CellList(
+            [Crop((0, a, b, 0), (0, oh, ow, c_in * s * s), (0, hb, wb, c_in * s * s))
+             for a in range(m) for b in range(m)])
+        # weight (out, in, [a, sh], [b, sw]) -> rows ordered (a, b, in, sh, sw), as the windows' features
+        self.w_blocks = (c_out, c_in, m, s, m, s)
+        self.cols = m * m * c_in * s * s
+        self.c_out = c_out
+        self.out_shape = (-1, oh, ow, c_out)
+        self.matmul = ops.MatMul()  # its gradient uses MatMul's transpose flags, no Transpose kernels
+
+    def construct(self, x):
+        if self.crop is not None:
+            x = self.crop(x)
+        x = ops.transpose(x.reshape(self.blocks), self.perm).reshape(self.flat_blocks)
+        if self.windows is not None:
+            parts = []
+            for window in self.windows:
+                parts.append(window(x))
+            x = ops.concat(parts, -1)
+        w = ops.transpose(self.weight.reshape(self.w_blocks), (2, 4, 1, 3, 5, 0)).reshape((self.cols, self.c_out))
+        y = self.matmul(x.reshape((-1, self.cols)), w) + self.bias
+        return y.reshape(self.out_shape)
+
+
+CONV_IMPLS = ("matmul", "conv2d")
+
+
+def conv(rng, c_in: int, c_out: int, k: int, stride: int, ortho: bool, impl: str = "conv2d", in_hw=None,
+         nchw_in: bool = True) -> nn.Cell:
+    """A 'valid' convolution with host-side init: orthogonal(sqrt(2)) on the (c_out, c_in*k*k)
+    matrix and zero bias (SB3's NatureCNN init), or PyTorch's default uniform. ``impl`` 'conv2d':
+    nn.Conv2d (NCHW); 'matmul': MatMulConv2d (the same parameters and init; input ``in_hw``)."""
+    fan_in = c_in * k * k
+    if ortho:
+        w = orthogonal(rng, c_out, fan_in, float(np.sqrt(2.0))).reshape(c_out, c_in, k, k)
+        b = np.zeros(c_out, np.float32)
+    else:
+        bound = 1.0 / np.sqrt(fan_in)
+        w = rng.uniform(-bound, bound, (c_out, c_in, k, k)).astype(np.float32)
+        b = rng.uniform(-bound, bound, (c_out,)).astype(np.float32)
+    if impl == "matmul":
+        return MatMulConv2d(w, b, stride, in_hw, nchw_in)
+    if impl != "conv2d":
+        raise ValueError(f"conv impl must be one of {CONV_IMPLS}, got {impl!r}")
+    return nn.Conv2d(c_in, c_out, k, stride, pad_mode="valid", has_bias=True, weight_init=Tensor(w),
+                     bias_init=Tensor(b))
+
+
+CNN_LAYERS = {
+    # (out channels, kernel, stride) per conv layer, then the features width
+    "nature": (((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512),   # Mnih et al. 2015, SB3's NatureCNN
+    # images smaller than 64x64: non-overlapping (kernel = stride) convs, ~150k multiply-adds for a
+    # 32x32 frame (NatureCNN-like 3x3/2 layers cost 13x more, measured ~5 s per 256-frame minibatch
+    # update on this 2-core CPU)
+    "small": (((16, 4, 4), (32, 2, 2)), 128),
+}
+
+
+def cnn_out_size(size: int, layers) -> int:
+    for _, k, s in layers:
+        size = (size - k) // s + 1
+    return size
+
+
+class ImageEncoder(nn.Cell):
+    """A raw image observation row (uint8 values, k stacked frames, flattened) -> CNN features.
+
+    Everything that changes the numbers is here, so the exported graph consumes the raw frame:
+    reshape to (B, k, H, W, C) (or (B, k, C, H, W) for a channels-first space; the one place the
+    channel order is handled), cast to float32 and divide by 255, optional grayscale (luma
+    weights), optional area resize (rows: Gathers of the <= 3 rows each output row covers; columns: one
+    MatMul with a constant matrix), then the conv trunk
+    (ReLU after every layer, flatten, Dense, ReLU). ``conv_impl`` 'matmul' (MatMulConv2d, NHWC
+    between the layers) or 'conv2d' (nn.Conv2d): the same parameters, init and features."""
+
+    def __init__(self, rng, spec, cnn: str, grayscale: bool, resize, ortho: bool, conv_impl: str = "matmul"):
+        super().__init__()
+        from ..config import ConfigError
+        h, w, c = spec.image_hwc
+        k = spec.frame_stack
+        self.channels_last = spec.image_layout == "HWC"
+        self.grayscale = bool(grayscale)
+        if self.grayscale and c != 3:
+            raise ConfigError(f"key 'policy.grayscale' is true, but the image has {c} channel(s); grayscale "
+                              f"needs 3 (RGB)")
+        c_out = 1 if self.grayscale else c
+        self.resize = resize is not None
+        oh, ow = (int(resize[0]), int(resize[1])) if self.resize else (h, w)
+        if self.channels_last:  # rows of W*C contiguous values; the row resize gathers whole rows
+            self.in_shape, self.row_axis, self.hwc = (-1, k, h, w * c), 2, (-1, k, oh, w, c)
+            self.pixels = (-1, c)  # grayscale as one (pixels, 3) x (3, 1) MatMul: 5x faster than Mul + ReduceSum here
+            self.gray = Tensor(np.asarray(GRAY_WEIGHTS, np.float32).reshape(3, 1))
+        else:
+            self.in_shape, self.row_axis = (-1, k, c, h, w), 3
+            self.gray = Tensor(np.asarray(GRAY_WEIGHTS, np.float32).reshape(1, 1, 3, 1, 1))
+        if self.grayscale:  # gray first: the rest works on a third of the values
+            self.gray_shape, self.row_axis = (-1, k, h, w), 2
+        self.rows_2d = (-1, w)
+        self.matmul = ops.MatMul()  # grayscale (channels last) and the column resize
+        self.stacked = (-1, k * c_out, oh, w)
+        self.out_shape = (-1, k * c_out, oh, ow)
+        if self.resize:
+            idx, wt = area_taps(oh, h)
+            self.row_idx = [Tensor(i) for i in idx]
+            self.row_w = [Tensor(v.reshape(oh, 1)) for v in wt]
+            self.rw_t = Tensor(area_matrix(ow, w).T.copy())
+        else:
+            self.row_idx, self.row_w, self.rw_t = [], [], None
+        if cnn == "auto":
+            cnn = "nature" if min(oh, ow) >= 64 else "small"
+        layers, feat = CNN_LAYERS[cnn]
+        if cnn_out_size(min(oh, ow), layers) < 1:
+            raise ConfigError(f"key 'policy.cnn' is {cnn!r}, but a {oh}x{ow} image is too small for it "
+                              f"(use 'small', or policy.resize)")
+        convs: List[nn.Cell] = []
+        ch = k * c_out
+        hw = (oh, ow)
+        for out, ks, st in layers:
+            convs += [conv(rng, ch, out, ks, st, ortho, conv_impl, hw, not convs), nn.ReLU()]
+            ch = out
+            hw = ((hw[0] - ks) // st + 1, (hw[1] - ks) // st + 1)
+        self.convs = nn.SequentialCell(convs)
+        self.conv_impl = conv_impl
+        self.nhwc_out = conv_impl == "matmul"
+        n_flat = ch * hw[0] * hw[1]  # the last conv's output size
+        self.n_flat = n_flat
+        self.fc = nn.SequentialCell([dense(rng, n_flat, feat, float(np.sqrt(2.0)), ortho), nn.ReLU()])
+        self.out_dim = feat
+        self.cnn = cnn
+        self.preprocessed_dim = k * c_out * oh * ow  # width of one preprocessed row (PPO's rollout buffer)
+
+    def preprocess(self, x):
+        """Raw rows -> (B, k * channels, height, width) float32 in [0, 1], resized: what the convs see.
+
+        Cast to float32; grayscale (luma weights over the channel axis; one MatMul for
+        channels-last frames); area resize of the rows (each output row the weighted sum of the
+        <= 3 input rows it covers: Gathers of whole rows, exact per element); area resize of the
+        columns (one MatMul with a constant (W, W') matrix); /255 last, on the smallest tensor.
+        Without grayscale, channels-last frames are turned channels-first after the row resize.
+        No gradient flows into it (it has no parameters)."""
+        x = ops.cast(x, ms.float32).reshape(self.in_shape)
+        if self.grayscale:
+            if self.channels_last:
+                x = self.matmul(x.reshape(self.pixels), self.gray)
+            else:
+                x = (x * self.gray).sum(2)
+            x = x.reshape(self.gray_shape)
+        if self.resize:
+            acc = ops.gather(x, self.row_idx[0], self.row_axis) * self.row_w[0]
+            for i in range(1, len(self.row_idx)):
+                acc = acc + ops.gather(x, self.row_idx[i], self.row_axis) * self.row_w[i]
+            x = acc
+        if self.channels_last and not self.grayscale:
+            x = ops.transpose(x.reshape(self.hwc), (0, 1, 4, 2, 3))
+        x = x.reshape(self.stacked)
+        if self.resize:
+            x = self.matmul(x.reshape(self.rows_2d), self.rw_t).reshape(self.out_shape)
+        return ops.stop_gradient(x / 255.0)
+
+    def construct(self, x):
+        return self.trunk(self.preprocess(x))
+
+    def trunk(self, x):
+        """Preprocessed frames (``preprocess``'s output, or its rows flattened) -> features: the convs,
+        flatten, Dense, ReLU. PPO's update phase starts here, from the frames its rollout cell
+        preprocessed (PPORollout's pre-encoded output), so no frame is preprocessed twice."""
+        x = self.convs(x.reshape(self.out_shape))
+        if self.nhwc_out:
+            x = ops.transpose(x, (0, 3, 1, 2))  # Conv2d's (C, H, W) flatten order for the Dense
+        return self.fc(x.reshape((-1, self.n_flat)))  # -1, not x.shape[0]: a dynamic batch in ONNX
