@@ -3,7 +3,6 @@ RolloutBuffer, bootstrap truncated episodes and the last step with the value cel
 GAE, then run the algorithm's ``train`` on the rollout."""
 from __future__ import annotations
 
-import functools
 import time
 from typing import Dict, Optional
 
@@ -13,7 +12,7 @@ from mindspore import Tensor, nn, ops
 
 from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.deploy import FrameStack
-from msrl_consistent.distributions import gumbel_noise, multi_distribution
+from msrl_consistent.distributions import Distribution
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.normalization import RewardNormalizer
@@ -67,20 +66,12 @@ class OnPolicyAlgorithm(Algorithm):
     """> 0: the rollout cell's fifth output has this width and the buffer stores it instead of the
     observations (PPO's preprocessed image frames)."""
 
-    @functools.cached_property
-    def multi_dist(self):
-        """The MultiDiscrete / MultiBinary distribution of the action space (None for the others),
-        built once: its ``noise`` is drawn on every vector step."""
-        return multi_distribution(self.spec)
+    distribution: Distribution
+    """The action distribution (set in ``build``): its ``noise`` is what the rollout graph samples with."""
 
     def sample_noise(self, n: int) -> np.ndarray:
-        """Host-side noise for the rollout graph: Gumbel (discrete), standard normal, or the
-        per-dimension noise of MultiDiscrete / MultiBinary."""
-        if self.multi_dist is not None:
-            return self.multi_dist.noise(self.rng, n)
-        if self.spec.discrete:
-            return gumbel_noise(self.rng, (n, self.spec.n_actions))
-        return self.rng.standard_normal((n, self.spec.n_actions)).astype(np.float32)
+        """Host-side noise for ``n`` rows of the rollout graph, from the run's Generator."""
+        return self.distribution.noise(self.rng, n)
 
     def step_noise(self, t: int, n: int) -> np.ndarray:
         """The noise of vector step t of a rollout (t = 0 at each rollout's start): sample_noise

@@ -17,18 +17,7 @@ from mindspore import Parameter, Tensor, nn, ops
 
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check, ConfigError
 from msrl_consistent.distributed import current as current_dist
-from msrl_consistent.distributions import (
-    categorical_entropy,
-    categorical_log_prob,
-    categorical_sample,
-    gaussian_entropy,
-    gaussian_log_prob,
-    multi_distribution,
-    normal_entropy,
-    normal_log_prob,
-    sde_noise,
-    sde_std,
-)
+from msrl_consistent.distributions import action_distribution
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks.agents import Agent
 from msrl_consistent.networks.encoders import obs_encoder, with_encoder
@@ -132,9 +121,15 @@ class ActorCriticAgent(Agent):
         # an image's preprocessing runs once per frame row, in the rollout cell; the update phase
         # trains from the preprocessed rows it stored (PreEncodedRollout, PPOLoss(features_in))
         self.preencode = spec.obs_kind == "Image"
+        self.log_std = None  # discrete actions: the logits are the whole distribution
         if not spec.discrete:
             shape = (latent_dim, out) if self.use_sde else (out,)
             self.log_std = Parameter(Tensor(np.full(shape, pc.log_std_init, np.float32)), name="log_std")
+
+    def distribution(self):
+        """The action distribution (distributions.action_distribution): one object per graph that samples
+        or scores actions; it holds no Parameter."""
+        return action_distribution(self.spec, tuple(self.log_std.shape) if self.use_sde else None)
 
     def features(self, obs, features_in: bool):
         """What the heads read: the shared encoder's features (one pass for actor and critic; from
@@ -146,53 +141,35 @@ class ActorCriticAgent(Agent):
             return self.actor.first(x)
         return x
 
+    def value(self, x, on_features: bool):
+        """V(s) of shape (batch,) from ``features``' output."""
+        return (self.critic.second(x) if on_features else self.critic(x)).squeeze(-1)
+
+    def dist_params(self, x, on_features: bool):
+        """The distribution's ``(out, latent, log_std)`` from ``features``' output: the actor's output
+        (logits or mean); with gSDE the actor trunk's features, from which the mean is computed."""
+        if self.use_sde:
+            latent = self.actor.first(x)
+            return self.actor.second(latent), latent, self.log_std
+        return (self.actor.second(x) if on_features else self.actor(x)), None, self.log_std
+
 
 class PPORollout(nn.Cell):
-    """One graph call per vector step: (obs, noise) -> (env action, action, log_prob, value).
-
-    noise: Gumbel (n, actions) for discrete actions, standard normal (n, actions) for the Gaussian,
-    and with gSDE the standard normal exploration matrices (n, latent_dim, actions), one per env."""
+    """One graph call per vector step: (obs, noise) -> (env action, action, log_prob, value), with
+    ``noise`` from the distribution's ``noise`` (Gumbel, standard normal, gSDE's exploration matrices)."""
 
     def __init__(self, agent, features_in: bool = False):
         super().__init__()
         self.agent = agent
-        self.discrete = agent.spec.discrete
-        self.use_sde = agent.use_sde
+        self.dist = agent.distribution()
         self.features_in = features_in  # obs are preprocessed image rows: the encoder's trunk only
         self.on_features = features_in or agent.encoded  # the heads sit on the encoder's features
-        self.n_actions = agent.spec.n_actions
-        self.multi = multi_distribution(agent.spec)  # MultiDiscrete / MultiBinary (None: Discrete, Box)
-        self.is_multi = self.multi is not None
-        if not self.discrete:
-            self.low = Tensor(agent.spec.act_low)
-            self.high = Tensor(agent.spec.act_high)
 
     def construct(self, obs, noise):
         x = self.agent.features(obs, self.features_in)
-        if self.on_features:
-            value = self.agent.critic.second(x).squeeze(-1)
-            out = self.agent.actor.second(x)
-        else:
-            value = self.agent.critic(x).squeeze(-1)
-            if self.use_sde:
-                latent = self.agent.actor.first(x)
-                mean = self.agent.actor.second(latent)
-                log_std = self.agent.log_std
-                latent = ops.stop_gradient(latent)
-                action = mean + sde_noise(latent, log_std, noise)
-                log_prob = normal_log_prob(mean, sde_std(latent, log_std), action)
-                return ops.clip_by_value(action, self.low, self.high), action, log_prob, value
-            out = self.agent.actor(x)
-        if self.is_multi:
-            action = self.multi.sample(out, noise)
-            return action, action, self.multi.log_prob(out, action), value
-        if self.discrete:
-            action = categorical_sample(out, noise)
-            return action, action, categorical_log_prob(out, action, self.n_actions), value
-        log_std = self.agent.log_std
-        action = out + ops.exp(log_std) * noise
-        # The environment gets the sample clipped to the Box (as SB3); the loss uses the sample.
-        return ops.clip_by_value(action, self.low, self.high), action, gaussian_log_prob(out, log_std, action), value
+        value = self.agent.value(x, self.on_features)
+        env_action, action, log_prob = self.dist.sample(self.agent.dist_params(x, self.on_features), noise)
+        return env_action, action, log_prob, value
 
 
 class PreEncodedRollout(nn.Cell):
@@ -231,13 +208,9 @@ class PPOLoss(nn.Cell):
     def __init__(self, agent, c: PPOConfig):
         super().__init__()
         self.agent = agent
-        self.discrete = agent.spec.discrete
-        self.use_sde = agent.use_sde
+        self.dist = agent.distribution()
         self.features_in = agent.preencode  # obs are the rollout cell's preprocessed image rows
         self.on_features = agent.preencode or agent.encoded  # the heads sit on the encoder's features
-        self.n_actions = agent.spec.n_actions
-        self.multi = multi_distribution(agent.spec)
-        self.is_multi = self.multi is not None
         self.normalize_advantage = c.normalize_advantage
         self.clip_vf = c.clip_range_vf is not None
         self.ent_coef = float(c.ent_coef)
@@ -245,27 +218,8 @@ class PPOLoss(nn.Cell):
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
         x = self.agent.features(obs, self.features_in)  # one encoder pass (and one backward) for both heads
-        if self.on_features:
-            values = self.agent.critic.second(x).squeeze(-1)
-        else:
-            values = self.agent.critic(x).squeeze(-1)
-        if self.use_sde:  # SB3's StateDependentNoiseDistribution: the latent features are detached
-            latent = self.agent.actor.first(x)
-            mean = self.agent.actor.second(latent)
-            std = sde_std(ops.stop_gradient(latent), self.agent.log_std)
-            log_prob = normal_log_prob(mean, std, actions)
-            entropy = normal_entropy(std).mean()
-        else:
-            out = self.agent.actor.second(x) if self.on_features else self.agent.actor(x)
-            if self.is_multi:
-                log_prob = self.multi.log_prob(out, actions)
-                entropy = self.multi.entropy(out).mean()
-            elif self.discrete:
-                log_prob = categorical_log_prob(out, actions, self.n_actions)
-                entropy = categorical_entropy(out).mean()
-            else:
-                log_prob = gaussian_log_prob(out, self.agent.log_std, actions)
-                entropy = gaussian_entropy(self.agent.log_std)
+        values = self.agent.value(x, self.on_features)
+        log_prob, entropy = self.dist.log_prob_entropy(self.agent.dist_params(x, self.on_features), actions)
         if self.normalize_advantage and advantages.shape[0] > 1:  # SB3 skips it for a 1-sample minibatch
             n = advantages.shape[0]
             centered = advantages - advantages.mean()
@@ -430,6 +384,7 @@ class PPO(OnPolicyAlgorithm):
                               f"n_steps * env.n_envs = {rollout}")
         if c.normalize_advantage and c.batch_size < 2:
             raise ConfigError("key 'algo.batch_size' must be >= 2 when algo.normalize_advantage is true")
+        self.distribution = self.agent.distribution()
         self.rollout_cell = PreEncodedRollout(self.agent) if self.agent.preencode else PPORollout(self.agent)
         # width of the rows the buffer stores instead of the observations (the preprocessed frames)
         self.rollout_features = self.agent.actor.first.preprocessed_dim if self.agent.preencode else 0
@@ -452,8 +407,7 @@ class PPO(OnPolicyAlgorithm):
         if not c.use_sde:
             return self.sample_noise(n)
         if t == 0 or (c.sde_sample_freq > 0 and t % c.sde_sample_freq == 0):
-            shape = (n,) + tuple(self.agent.log_std.shape)
-            self._sde_eps = self.rng.standard_normal(shape).astype(np.float32)
+            self._sde_eps = self.distribution.noise(self.rng, n)
         return self._sde_eps
 
     def train(self, buf) -> Dict[str, float]:

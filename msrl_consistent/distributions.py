@@ -90,17 +90,138 @@ def tanh_gaussian_log_prob(mean, log_std, u):
     return gaussian_log_prob(mean, log_std, u) - correction.sum(-1)
 
 
-# Per-dimension discrete actions (MultiDiscrete, MultiBinary) ----------------------------------
-# One Cell per action space, with the methods the PPO graphs call (sample with host noise,
-# log_prob, entropy) and ``mode`` (the deterministic action of the exported cell). The host
-# side, ``noise(rng, n)``, draws exactly the noise ``sample`` consumes from the run's Generator.
+# PPO's action distributions, behind one interface ----------------------------------------------
 def gumbel_noise(rng, shape):
     """Gumbel(0, 1) noise from the run's Generator (categorical_sample's input)."""
     u = rng.random(shape)
     return (-np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))).astype(np.float32)
 
 
-class MultiCategorical(nn.Cell):
+class Distribution(nn.Cell):
+    """The action distribution of an on-policy agent, chosen once from the action space
+    (:func:`action_distribution`), so the rollout and loss graphs never branch on the action kind.
+
+    ``params`` is the tuple ``(out, latent, log_std)`` the agent computes (``dist_params``): the
+    actor's output (logits or the Gaussian mean), gSDE's latent features (None otherwise) and the
+    agent's log std Parameter (None for discrete actions). The distribution holds no Parameter of
+    its own: the agent's parameters keep their names and their one owner.
+
+    * ``noise(rng, n)`` (host): the noise ``sample`` consumes for ``n`` rows, from the run's Generator;
+    * ``sample(params, noise)`` -> (environment action, action, log_prob);
+    * ``log_prob_entropy(params, actions)`` -> (log_prob, the batch mean of the entropy): one
+      evaluation for both, so a quantity they share (gSDE's std) is one node of the gradient graph;
+    * ``mode(out)``: the deterministic action in environment units, what the exported head outputs.
+    """
+
+    def noise(self, rng, n: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def sample(self, params, noise):
+        raise NotImplementedError
+
+    def log_prob_entropy(self, params, actions):
+        raise NotImplementedError
+
+    def mode(self, out):
+        raise NotImplementedError
+
+
+class Categorical(Distribution):
+    """A Discrete action: sampled by Gumbel-max, the mode the argmax (int32)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = int(n)
+
+    def noise(self, rng, n: int) -> np.ndarray:
+        return gumbel_noise(rng, (n, self.n))
+
+    def sample(self, params, noise):
+        logits, _, _ = params
+        action = categorical_sample(logits, noise)
+        return action, action, categorical_log_prob(logits, action, self.n)
+
+    def log_prob_entropy(self, params, actions):
+        logits, _, _ = params
+        return categorical_log_prob(logits, actions, self.n), categorical_entropy(logits).mean()
+
+    def mode(self, out):
+        return ops.cast(ops.argmax(out, -1), ms.int32)
+
+
+class _Box(Distribution):
+    """A Box action: the sample goes to the environment clipped to the bounds (as Stable-Baselines3);
+    the loss and the stored action use the sample itself."""
+
+    def __init__(self, low, high):
+        super().__init__()
+        self.low = Tensor(np.asarray(low, np.float32))
+        self.high = Tensor(np.asarray(high, np.float32))
+
+    def mode(self, out):
+        return ops.clip_by_value(out, self.low, self.high)
+
+
+class Gaussian(_Box):
+    """A diagonal Gaussian with a state-independent log std (one value per action dimension)."""
+
+    def __init__(self, low, high):
+        super().__init__(low, high)
+        self.n = int(np.asarray(low).shape[0])
+
+    def noise(self, rng, n: int) -> np.ndarray:
+        return rng.standard_normal((n, self.n)).astype(np.float32)
+
+    def sample(self, params, noise):
+        mean, _, log_std = params
+        action = mean + ops.exp(log_std) * noise
+        return ops.clip_by_value(action, self.low, self.high), action, gaussian_log_prob(mean, log_std, action)
+
+    def log_prob_entropy(self, params, actions):
+        mean, _, log_std = params
+        return gaussian_log_prob(mean, log_std, actions), gaussian_entropy(log_std)
+
+
+class StateDependentGaussian(_Box):
+    """gSDE (SB3's StateDependentNoiseDistribution, full_std, learn_features=False): the noise is
+    ``latent @ (exp(log_std) * eps)`` with the latent features detached and eps one standard normal
+    (latent_dim, action_dim) matrix per row; the per-row std is :func:`sde_std`."""
+
+    def __init__(self, low, high, log_std_shape):
+        super().__init__(low, high)
+        self.log_std_shape = tuple(int(d) for d in log_std_shape)
+
+    def noise(self, rng, n: int) -> np.ndarray:
+        return rng.standard_normal((n,) + self.log_std_shape).astype(np.float32)
+
+    def sample(self, params, noise):
+        mean, latent, log_std = params
+        latent = ops.stop_gradient(latent)
+        action = mean + sde_noise(latent, log_std, noise)
+        log_prob = normal_log_prob(mean, sde_std(latent, log_std), action)
+        return ops.clip_by_value(action, self.low, self.high), action, log_prob
+
+    def log_prob_entropy(self, params, actions):
+        mean, latent, log_std = params
+        std = sde_std(ops.stop_gradient(latent), log_std)
+        return normal_log_prob(mean, std, actions), normal_entropy(std).mean()
+
+
+class _PerDimension(Distribution):
+    """Independent discrete dimensions (int32 actions (B, dims)): ``draw``, ``log_prob`` and
+    ``entropy`` per row, given the logits."""
+
+    def sample(self, params, noise):
+        logits, _, _ = params
+        action = self.draw(logits, noise)
+        return action, action, self.log_prob(logits, action)
+
+    def log_prob_entropy(self, params, actions):
+        logits, _, _ = params
+        return self.log_prob(logits, actions), self.entropy(logits).mean()
+
+
+class MultiCategorical(_PerDimension):
     """Independent categoricals over the logit segments of ``nvec`` (SB3's MultiCategorical):
     log_prob and entropy are sums over the dimensions; each dimension samples by Gumbel-max.
 
@@ -126,17 +247,14 @@ class MultiCategorical(nn.Cell):
         self.idx = Tensor(idx.reshape(-1))
         self.pad = Tensor(pad)
 
-    def noise_width(self) -> int:
-        return int(sum(self.nvec))
-
     def noise(self, rng, n: int):
-        return gumbel_noise(rng, (n, self.noise_width()))
+        return gumbel_noise(rng, (n, int(sum(self.nvec))))
 
     def padded(self, x):
         """(B, sum(nvec)) -> (B, dims, max(nvec)), padding PAD."""
         return ops.gather(x, self.idx, 1).reshape((-1, self.dims, self.width)) + self.pad
 
-    def sample(self, logits, noise):
+    def draw(self, logits, noise):
         return ops.Argmax(axis=-1, output_type=ms.int32)(self.padded(logits + noise))
 
     def mode(self, logits):
@@ -152,7 +270,7 @@ class MultiCategorical(nn.Cell):
         return -(ops.exp(logp) * logp).sum(-1).sum(-1)
 
 
-class Bernoulli(nn.Cell):
+class Bernoulli(_PerDimension):
     """Independent Bernoullis with p = sigmoid(logit) per dimension (SB3's BernoulliDistribution).
     A sample is ``logit + L > 0`` with L = log(u) - log(1 - u) logistic noise from the host (an
     exact Bernoulli(sigmoid(logit)) sample); the mode is ``logit > 0`` (p > 0.5)."""
@@ -161,14 +279,11 @@ class Bernoulli(nn.Cell):
         super().__init__()
         self.n = int(n)
 
-    def noise_width(self) -> int:
-        return self.n
-
     def noise(self, rng, n: int):
         u = np.clip(rng.random((n, self.n)), 1e-12, 1.0 - 1e-7)
         return (np.log(u) - np.log1p(-u)).astype(np.float32)
 
-    def sample(self, logits, noise):
+    def draw(self, logits, noise):
         return ops.cast(logits + noise > 0.0, ms.int32)
 
     def mode(self, logits):
@@ -183,10 +298,15 @@ class Bernoulli(nn.Cell):
         return (ops.softplus(logits) - ops.sigmoid(logits) * logits).sum(-1)
 
 
-def multi_distribution(spec):
-    """The distribution Cell of a MultiDiscrete / MultiBinary action space; None for the others."""
+def action_distribution(spec, sde_log_std_shape=None) -> Distribution:
+    """The distribution of an action space (SpaceSpec): Categorical, MultiCategorical, Bernoulli,
+    or for a Box a Gaussian, state-dependent (gSDE) when ``sde_log_std_shape`` is given."""
     if spec.act_kind == "MultiDiscrete":
         return MultiCategorical(spec.nvec)
     if spec.act_kind == "MultiBinary":
         return Bernoulli(spec.n_actions)
-    return None
+    if spec.discrete:
+        return Categorical(spec.n_actions)
+    if sde_log_std_shape is not None:
+        return StateDependentGaussian(spec.act_low, spec.act_high, sde_log_std_shape)
+    return Gaussian(spec.act_low, spec.act_high)

@@ -95,8 +95,8 @@ class PolicyCell(nn.Cell):
 
 def make_head(spec, squash: bool) -> nn.Cell:
     if spec.act_kind in ("MultiDiscrete", "MultiBinary"):
-        from ..distributions import multi_distribution
-        return ModeHead(multi_distribution(spec))
+        from ..distributions import action_distribution
+        return ModeHead(action_distribution(spec))
     if spec.discrete:
         return ArgmaxHead()
     if squash:
