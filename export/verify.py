@@ -23,9 +23,9 @@ from typing import Optional
 import numpy as np
 
 from msrl_consistent.checkpoint import atomic_write_text
-from msrl_consistent.deploy import compare_actions, default_atol, golden_check  # noqa: F401  (compare_actions: public here too)
+from msrl_consistent.config import ConfigError
+from msrl_consistent.deploy import compare_actions, default_atol, golden_check
 from msrl_consistent.episodes import run_episodes
-from msrl_consistent.manifest import read_manifest
 from msrl_consistent.runtime import TrainCellPolicy, load_policy
 
 FP16_MAX_RETURN_DROP = 0.05
@@ -80,10 +80,14 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
                   atol: Optional[float] = None, write_report: bool = True, **backend_kwargs) -> dict:
     """Run every check; returns the report (``report["passed"]``). Raises IntegrityError /
     ConfigError for exit-2 conditions."""
-    manifest = read_manifest(export_dir)  # validates the directory (deploy.open_export): names, hashes, golden set
+    if backend == "train":
+        raise ConfigError("verify compares an export's backend with the training cell; choose a backend of the export")
+    # validates the directory once (deploy.open_export): names, hashes, golden set; then loads the backend
+    policy = load_policy(export_dir, backend=backend, **backend_kwargs)
+    manifest = policy.manifest
+    backend = policy.backend  # the one name (lite -> mindspore_lite)
     precision = manifest.export.precision
     atol = default_atol(backend) if atol is None else float(atol)
-    policy = load_policy(export_dir, backend=backend, **backend_kwargs)
     discrete = policy.spec.discrete
     export = policy.export
     hashes = export.files

@@ -14,6 +14,7 @@ from . import __version__
 from .checkpoint import CheckpointError
 from .cli_train import cmd_train
 from .config import ConfigError
+from .deploy import ALIASES, BACKENDS, canonical_backend
 from .optional import MissingOptionalPackage
 
 EXIT_USAGE = 2
@@ -29,11 +30,15 @@ def _quiet_mindspore_logs() -> None:
     os.environ.setdefault("GLOG_v", "3")
 
 
+BACKEND_CHOICES = [*BACKENDS, *ALIASES]  # the deploy package's backend names and their aliases (lite, ort)
+
+
 def cmd_eval(args) -> int:
     import numpy as np
 
     from .episodes import run_episodes
-    from .runtime import is_export_dir, load_policy
+    from .manifest import is_export_dir
+    from .runtime import load_policy
 
     path = args.path
     if not os.path.isdir(path):
@@ -116,7 +121,7 @@ def cmd_verify(args) -> int:
     from msrl_consistent.export.verify import rollout_summary, verify_export
 
     kwargs = {}
-    if args.backend == "lite":
+    if canonical_backend(args.backend) == "mindspore_lite":
         kwargs = {"target": args.lite_target, "device": args.device_id, "precision_mode": args.lite_precision_mode}
     report = verify_export(args.export_dir, backend=args.backend, episodes=args.episodes, seed=args.seed,
                            atol=args.atol, **kwargs)
@@ -214,13 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=int, default=10)
     e.add_argument("--seed", type=int, help="episode i is seeded with seed + i (default 0)")
     e.add_argument("--checkpoint", help="checkpoint file (run directories; default: the final/latest one)")
-    e.add_argument("--backend", choices=["train", "mindspore", "onnxruntime", "lite", "om"],
+    e.add_argument("--backend", choices=["train", *BACKEND_CHOICES],
                    help="export directories: the runtime to use (default mindspore)")
     e.add_argument("--guard", action="store_true",
                    help="export directories: check every action (finite, inside the action space) and time it; "
                         "a violation or a backend error is answered by the fallback backend and counted")
-    e.add_argument("--fallback", default="auto", choices=["auto", "none", "mindspore", "onnxruntime"],
-                   help="with --guard: the fallback backend (auto: the other of onnxruntime/mindspore in the export)")
+    e.add_argument("--fallback", default="auto", choices=["auto", "none", *BACKEND_CHOICES],
+                   help="with --guard: the fallback backend (auto: the best other backend that the export holds "
+                        "and this machine has installed: om, mindspore_lite, onnxruntime, mindspore)")
     e.add_argument("--latency-budget-ms", type=float, help="with --guard: count calls slower than this")
     e.add_argument("--switch-after", type=int, default=3,
                    help="with --guard and a budget: after this many consecutive late calls, the fallback serves "
@@ -252,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check an export against the training cell")
     v.add_argument("export_dir")
-    v.add_argument("--backend", default="mindspore", choices=["mindspore", "onnxruntime", "lite", "om"])
+    v.add_argument("--backend", default="mindspore", choices=BACKEND_CHOICES)
     v.add_argument("--episodes", type=int, default=20, help="seeded rollouts side by side (0: none)")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--atol", type=float, help="tolerance (default: 0 for mindspore, 1e-5 otherwise)")

@@ -1,7 +1,9 @@
 """manifest.json: what an export directory holds and how it was made, as a typed dataclass.
 
-This module is the one place that reads and writes manifest.json; everything else (the
-runtime, ``msrl verify``, ``msrl replay``, the exporter) uses :class:`Manifest`'s attributes.
+This module writes manifest.json and gives msrl its typed view; the one reader that validates it is
+the deploy package's (:func:`read_export` reads the file once, validates it there and builds the
+Manifest from the same parsed JSON); everything else (the runtime, ``msrl verify``, ``msrl
+replay``, the exporter) uses :class:`Manifest`'s attributes.
 
 Schema version 1 fields (all required unless marked): schema_version, created, msrl_version,
 versions, algorithm, env_id, env, spaces, source, export, io, files, golden, and the optional
@@ -21,13 +23,11 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .config import ConfigError
-from .deploy import ExportError, open_export, read_manifest_json
-
-SCHEMA_VERSION = 1
-FILE_NAME = "manifest.json"
+from .deploy import MANIFEST as FILE_NAME
+from .deploy import SCHEMA_VERSION, Export, ExportError, open_export, read_manifest_json
 
 
 class IntegrityError(ExportError):
@@ -120,7 +120,7 @@ class Manifest:
 
     @property
     def spec(self):
-        from .envs import SpaceSpec
+        from .deploy.spaces import SpaceSpec
         return SpaceSpec.from_json(self.spaces)
 
     def env_config(self):
@@ -192,20 +192,26 @@ def is_export_dir(path: str) -> bool:
     return os.path.isfile(manifest_path(path))
 
 
-def read_manifest(export_dir: str, hashes: bool = True, golden: bool = True) -> Manifest:
-    """Validate the export directory (:func:`msrl_consistent.deploy.open_export`: names, hashes,
-    consistency, golden set) and read manifest.json; every failure is an ExportError (exit 2)."""
+def read_export(export_dir: str, hashes: bool = True, golden: bool = True) -> Tuple[Export, Manifest]:
+    """Read manifest.json once, validate the export directory with it
+    (:func:`msrl_consistent.deploy.open_export`: names, hashes, consistency, golden set) and build
+    the typed Manifest from the same parsed JSON; every failure is an IntegrityError (exit 2)."""
     if not os.path.isdir(export_dir) or not os.path.lexists(manifest_path(export_dir)):
         raise ConfigError(f"{export_dir} is not an export directory (no {FILE_NAME})")
     try:
         d = read_manifest_json(export_dir)
         manifest = Manifest.from_json(d, manifest_path(export_dir))
-        open_export(export_dir, hashes=hashes, golden=golden, manifest=d)
+        export = open_export(export_dir, hashes=hashes, golden=golden, manifest=d)
     except IntegrityError:
         raise
     except ExportError as exc:
         raise IntegrityError(str(exc)) from None
-    return manifest
+    return export, manifest
+
+
+def read_manifest(export_dir: str, hashes: bool = True, golden: bool = True) -> Manifest:
+    """The typed manifest of a validated export directory (:func:`read_export`)."""
+    return read_export(export_dir, hashes, golden)[1]
 
 
 def write_manifest(directory: str, manifest: Manifest) -> None:

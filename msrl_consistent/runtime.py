@@ -8,7 +8,7 @@
 
   - ``mindspore``: ``mindspore.load`` + ``nn.GraphCell`` on actor.mindir;
   - ``onnxruntime``: ``onnxruntime.InferenceSession`` on actor.onnx (CPU provider);
-  - ``lite``: ``mindspore_lite.Model.build_from_file(actor.mindir, ModelType.MINDIR, context)``
+  - ``mindspore_lite`` (or ``lite``): ``mindspore_lite.Model.build_from_file(actor.mindir, ModelType.MINDIR, context)``
     with target ``cpu`` or ``ascend``, a device id and an explicit precision mode (Lite's
     Ascend default is fp16: we never rely on it);
   - ``om``: actor.om through ``ais_bench.infer.interface.InferSession`` (or
@@ -16,7 +16,9 @@
 
   Every export backend is loaded by :mod:`msrl_consistent.deploy` (the package each export
   carries as msrl_deploy.zip beside policy.py), after it validated the directory: one inference
-  path, not two.
+  path, not two. manifest.json is read and validated once (:func:`~.manifest.read_export`); the
+  typed Manifest and the package's Export come from that one reading, and a guard's fallback
+  runs on the same Export.
 
 ``policy.act(obs)`` takes one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)`` and
 returns the environment action(s) as a NumPy array (int32 indices or float32 vectors).
@@ -30,11 +32,12 @@ import numpy as np
 
 from . import deploy
 from .config import ConfigError, EnvConfig
-from .envs import SpaceSpec
-from .manifest import is_export_dir, read_manifest
+from .manifest import Manifest, is_export_dir, read_export
 from .optional import MissingOptionalPackage
 
-BACKENDS = ("train", "mindspore", "onnxruntime", "lite", "om")
+BACKENDS = ("train",) + deploy.BACKENDS
+"""Every backend ``load_policy`` takes: the training cell, then the deploy package's (``lite`` is
+its alias of mindspore_lite)."""
 
 
 class BackendUnavailable(MissingOptionalPackage, deploy.BackendUnavailable):
@@ -52,19 +55,14 @@ def read_run_config(run_dir: str):
     return load_config(path)
 
 
-class Policy(deploy.Policy):
-    """Input validation, batching, output shaping and the guard (deploy.Policy), plus the spaces,
-    the environment config and recording."""
+class Recordable:
+    """What msrl adds to the deploy package's Policy: the environment config the policy was trained
+    with (for rollouts) and recording of every call (for ``msrl replay``)."""
 
-    def __init__(self, spec: SpaceSpec, fixed_batch: Optional[int], env_cfg: EnvConfig):
-        super().__init__(spec.obs_dim, fixed_batch, spec.discrete, spec.n_actions, spec.act_low, spec.act_high,
-                         obs_n=spec.obs_n, nvec=spec.nvec or None, obs_parts=spec.obs_parts or None,
-                         frame_stack=spec.frame_stack, max_and_skip=spec.max_and_skip,
-                         image={"shape": spec.obs_shape, "layout": spec.image_layout} if spec.obs_kind == "Image" else None)
-        self.spec = spec
-        self._env_cfg = env_cfg
+    _env_cfg: Optional[EnvConfig] = None
 
     def env_config(self) -> EnvConfig:
+        assert self._env_cfg is not None
         return self._env_cfg
 
     def start_recording(self, path: str, limit: int = 100_000, source_sha256: str = ""):
@@ -77,7 +75,7 @@ class Policy(deploy.Policy):
         return self.recorder
 
 
-class TrainCellPolicy(Policy):
+class TrainCellPolicy(Recordable, deploy.Policy):
     """The training-time PolicyCell, rebuilt from a run directory's config and checkpoint."""
 
     backend = "train"
@@ -86,11 +84,8 @@ class TrainCellPolicy(Policy):
         from mindspore import Tensor
 
         from . import checkpoint as ckpt
-        from .checkpoint import load_agent_parameters
         from .determinism import configure_mindspore
         from .envs import env_spec
-
-        # FP16 CastIO
         from .registry import build_agent
 
         cfg = read_run_config(run_dir)
@@ -102,8 +97,9 @@ class TrainCellPolicy(Policy):
                                        f"but {run_dir}/config.yaml says {cfg.algorithm!r}")
         spec = env_spec(cfg.env)
         agent = build_agent(cfg, spec, np.random.default_rng(0))
-        load_agent_parameters(agent, tensors, path)
-        super().__init__(spec, None, cfg.env)
+        ckpt.load_agent_parameters(agent, tensors, path)
+        super().__init__(spec, None)
+        self._env_cfg = cfg.env
         self.cfg = cfg
         self.agent = agent
         self.checkpoint = path
@@ -114,26 +110,29 @@ class TrainCellPolicy(Policy):
         return self.cell(self._Tensor(x)).asnumpy()
 
 
-class ExportedPolicy(Policy):
-    """An export directory on one backend: validated and loaded by :mod:`msrl_consistent.deploy`
-    (the one inference path, the same code as the bundle's policy.py)."""
+class ExportedPolicy(Recordable, deploy.ExportPolicy):
+    """An export directory on one backend: the deploy package's ExportPolicy (the same code as the
+    bundle's policy.py), with the typed manifest and the environment config beside it."""
 
-    def __init__(self, export_dir: str, backend: str, target: str = "cpu", device_id: int = 0,
-                 precision_mode: Optional[str] = None):
+    def __init__(self, export: deploy.Export, manifest: Manifest, backend: str, target: str = "cpu",
+                 device_id: int = 0, precision_mode: Optional[str] = None):
         from .determinism import configure_mindspore
 
-        self.export_dir = export_dir
-        self.manifest = read_manifest(export_dir)
-        self.export = deploy.open_export(export_dir, backend, hashes=False, golden=False)
         try:
-            self.runner = deploy.make_runner(self.export, backend, target=target, device_id=device_id,
-                                             precision_mode=precision_mode, configure=lambda: configure_mindspore("CPU"))
+            backend = deploy.canonical_backend(backend)
+        except deploy.ExportError:
+            raise ConfigError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)} (or lite)") from None
+        deploy.require_model_file(export, backend)
+        try:
+            runner = deploy.make_runner(export, backend, target=target, device_id=device_id,
+                                        precision_mode=precision_mode, configure=lambda: configure_mindspore("CPU"))
         except deploy.BackendUnavailable as exc:
             raise BackendUnavailable(str(exc)) from None
-        super().__init__(self.manifest.spec, self.runner.fixed_batch, None)
-        self.io = self.manifest.io
-        self.backend = "lite" if self.runner.backend == "mindspore_lite" else self.runner.backend
-        self.precision_mode = self.runner.info.get("precision_mode")
+        super().__init__(export, runner)
+        self.export_dir = export.dir
+        self.manifest = manifest
+        self.io = manifest.io
+        self.precision_mode = runner.info.get("precision_mode")
 
     def env_config(self) -> EnvConfig:
         """The manifest's environment config (checked when a rollout needs it, not before)."""
@@ -141,21 +140,18 @@ class ExportedPolicy(Policy):
             self._env_cfg = self.manifest.env_config()
         return self._env_cfg
 
-    def _run(self, x: np.ndarray) -> np.ndarray:
-        return self.runner.run(x)
-
 
 def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[str] = None,
                 device: int = 0, target: str = "cpu", precision_mode: Optional[str] = None,
-                precision: str = "fp32", record: Optional[str] = None, record_limit: int = 100_000,
+                record: Optional[str] = None, record_limit: int = 100_000,
                 guard: bool = False, fallback: Optional[str] = "auto",
-                latency_budget_ms: Optional[float] = None, switch_after: int = 3) -> Policy:
+                latency_budget_ms: Optional[float] = None, switch_after: int = 3) -> deploy.Policy:
     """Load a policy from a run directory (backend 'train') or an export directory.
 
     ``guard=True`` (export directories): every action is checked finite and inside the action
     space and timed against ``latency_budget_ms``; a violation or a backend exception is answered
-    by the ``fallback`` backend of the same export ('auto': onnxruntime or mindspore, whichever
-    the export holds and is not the primary; None: raise deploy.GuardError); ``switch_after``
+    by the ``fallback`` backend of the same export ('auto': the deploy package's rule,
+    :func:`~msrl_consistent.deploy.auto_fallback`; None: raise deploy.GuardError); ``switch_after``
     consecutive calls over the budget move every later call to the fallback (0: only count);
     ``policy.guard_stats()`` holds the counters, also written into the trace when recording.
 
@@ -163,42 +159,35 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
     trace PATH (bounded by ``record_limit`` observations), tagged with the sha256 of the
     export's manifest.json (or of the run's checkpoint), for ``msrl replay``.
     """
-    policy = _load(path, backend, checkpoint, device, target, precision_mode, precision)
-    if guard:
-        if not isinstance(policy, ExportedPolicy):
-            raise ConfigError("guard applies to export directories (a deployed artifact), not to the training cell")
-        fb = None
-        if fallback == "auto":
-            fallback = next((b for b in ("onnxruntime", "mindspore")
-                             if b != policy.backend and deploy.MODEL_FILE[b] in policy.export.files), None)
-        if fallback is not None:
-            if fallback == policy.backend:
-                raise ConfigError(f"the fallback backend must differ from the primary ({fallback})")
-            fb = _load(path, fallback, None, device, target, precision_mode, precision)
-        policy.guard = deploy.Guard(fb, latency_budget_ms, switch_after)
-    if record:
-        from .deploy import file_sha256
-        source = os.path.join(path, "manifest.json") if is_export_dir(path) else getattr(policy, "checkpoint", "")
-        policy.start_recording(record, record_limit, file_sha256(source) if source else "")
-    return policy
-
-
-def _load(path, backend, checkpoint, device, target, precision_mode, precision) -> Policy:
     if not os.path.isdir(path):
         raise ConfigError(f"no such run or export directory: {path}")
-    if is_export_dir(path):
+    policy: deploy.Policy
+    if not is_export_dir(path):
+        if (backend or "train") != "train":
+            raise ConfigError(f"{path} is a run directory: only backend 'train' applies (got {backend!r}); "
+                              f"export it first with `msrl export {path} --out DIR`")
+        if guard:
+            raise ConfigError("guard applies to export directories (a deployed artifact), not to the training cell")
+        policy = TrainCellPolicy(path, checkpoint)
+        source = policy.checkpoint
+    else:
+        export, manifest = read_export(path)
         backend = backend or "mindspore"
-        if backend in ("mindspore", "onnxruntime", "lite", "mindspore_lite", "om"):
-            return ExportedPolicy(path, backend, target, device, precision_mode)
         if backend == "train":
-            src = read_manifest(path).source
+            if guard:
+                raise ConfigError("guard applies to export directories (a deployed artifact), not to the training cell")
+            src = manifest.source
             if not os.path.isdir(src.run_dir):
                 raise ConfigError(f"{path}: the source run {src.run_dir} is not present")
             # The reference: the fp32 training cell of the source run, whatever the export's precision.
-            return TrainCellPolicy(src.run_dir, src.checkpoint)
-        raise ConfigError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    backend = backend or "train"
-    if backend != "train":
-        raise ConfigError(f"{path} is a run directory: only backend 'train' applies (got {backend!r}); "
-                          f"export it first with `msrl export {path} --out DIR`")
-    return TrainCellPolicy(path, checkpoint, precision)
+            policy = TrainCellPolicy(src.run_dir, src.checkpoint)
+        else:
+            policy = ExportedPolicy(export, manifest, backend, target, device, precision_mode)
+            if guard:
+                policy.guard = deploy.guard_for(export, policy.backend, fallback,
+                                                lambda b: ExportedPolicy(export, manifest, b, target, device, precision_mode),
+                                                latency_budget_ms, switch_after)
+        source = os.path.join(path, deploy.MANIFEST)
+    if record:
+        policy.start_recording(record, record_limit, deploy.file_sha256(source))
+    return policy

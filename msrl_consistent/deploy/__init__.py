@@ -32,8 +32,9 @@ Exit codes of ``check`` (and of ``msrl verify``): 0 pass, 1 the artifact loads b
 differently from the training cell, 2 integrity or environment error (one line).
 
 The modules, one concern each: ``errors`` and ``names`` (the vocabulary: errors, exit codes,
-schema version, file names, limits, backend names), ``fields`` (typed manifest fields and the
-observation spaces they describe), ``reader`` (:class:`Export`, :func:`open_export`), ``golden``,
+schema version, file names, limits, backend names), ``fields`` (typed manifest fields), ``spaces``
+(:class:`SpaceSpec`, the one description of the observation and action spaces, shared with
+training), ``reader`` (:class:`Export`, :func:`open_export`), ``golden``,
 ``backends`` (one runner per backend), ``inputs`` (validate and pack observations per space),
 ``policy`` (:class:`Policy`, :func:`load`), ``guard``, ``frames`` (:class:`FrameStack`,
 :class:`MaxAndSkip`) and ``check`` (``python policy.py check``).
@@ -68,16 +69,17 @@ from .names import (
                     default_atol,
                     memory_bytes,
 )
-from .policy import ExportPolicy, Policy, available_backends, in_chunks, load
-from .reader import Export, file_sha256, open_export, read_manifest_json
+from .policy import ExportPolicy, Policy, auto_fallback, available_backends, guard_for, in_chunks, load
+from .reader import Export, file_sha256, open_export, read_manifest_json, require_model_file
+from .spaces import SpaceSpec
 
 __all__ = [
     "ALIASES", "BACKENDS", "BUNDLE_FILE", "BUNDLE_PACKAGE", "CROSS_RUNTIME_ATOL", "EXIT_ERROR", "EXIT_MISMATCH",
     "EXIT_PASS", "FORMAT_FILE", "INSTALL", "LITE_ASCEND_PRECISION_MODES", "LITE_CPU_PRECISION_MODES", "MANIFEST",
     "MAX_BATCH", "MAX_DIM", "MAX_FILES", "MAX_GOLDEN", "MAX_MANIFEST_BYTES", "MAX_ROW_BYTES", "MODEL_FILE", "SCHEMA",
-    "SCHEMA_VERSION", "BackendUnavailable", "Export", "ExportError", "ExportPolicy", "FrameStack", "Guard",
-    "GuardError", "MaxAndSkip", "Policy", "Runner", "available_backends", "canonical_backend", "check",
-    "check_schema", "column_n", "compare_actions", "default_atol", "file_sha256", "golden_check", "in_chunks",
+    "SCHEMA_VERSION", "BackendUnavailable", "SpaceSpec", "Export", "ExportError", "ExportPolicy", "FrameStack", "Guard",
+    "GuardError", "MaxAndSkip", "Policy", "Runner", "auto_fallback", "available_backends", "canonical_backend", "check",
+    "check_schema", "column_n", "compare_actions", "default_atol", "file_sha256", "golden_check", "guard_for", "in_chunks",
     "latency", "lite_context", "load", "main", "make_runner", "memory_bytes", "not_an_index", "open_export",
-    "plain_name", "read_manifest_json", "space_text",
+    "plain_name", "read_manifest_json", "require_model_file", "space_text",
 ]

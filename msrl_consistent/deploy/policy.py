@@ -1,18 +1,18 @@
 """The deployed policy (:class:`Policy`, :class:`ExportPolicy`) and :func:`load`."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
 from .backends import Runner, make_runner
 from .errors import BackendUnavailable, ExportError
-from .fields import column_n
 from .frames import FrameStack, MaxAndSkip
 from .guard import Guard
 from .inputs import Inputs
 from .names import INSTALL, MODEL_FILE, canonical_backend
-from .reader import Export, open_export
+from .reader import Export, open_export, require_model_file
+from .spaces import SpaceSpec
 
 
 def in_chunks(run, x: np.ndarray, batch: int) -> np.ndarray:
@@ -38,29 +38,27 @@ class Policy(Inputs):
     recorder = None
     guard: Optional["Guard"] = None
 
-    def __init__(self, obs_dim: int, fixed_batch: Optional[int], discrete: bool, n_actions: int,
-                 act_low=None, act_high=None, obs_n: int = 0, nvec=None, obs_parts=None, image=None,
-                 frame_stack: int = 1, max_and_skip: int = 1):
-        self._obs_dim = int(obs_dim)
+    def __init__(self, spec: SpaceSpec, fixed_batch: Optional[int]):
+        self.spec = spec
+        self._obs_dim = spec.obs_dim
         # the action repeat + two-frame max the policy was trained behind (None: none), for the deploying loop
-        self.max_and_skip = MaxAndSkip(max_and_skip) if int(max_and_skip) > 1 else None
+        self.max_and_skip = MaxAndSkip(spec.max_and_skip) if spec.max_and_skip > 1 else None
         # Image observations: {"shape": the env's frame shape, "layout": HWC | CHW}; uint8 model input
-        self.image = dict(image) if image else None
-        self.frame_stack = int(frame_stack)
-        self.frame_dim = self._obs_dim // self.frame_stack
+        self.image = {"shape": tuple(spec.obs_shape), "layout": spec.image_layout} if spec.obs_kind == "Image" else None
+        self.frame_stack = spec.frame_stack
+        self.frame_dim = spec.frame_dim
         self._stack = FrameStack(self.frame_stack, self.frame_dim) if self.frame_stack > 1 else None
         # Dict observations: [(key, "Box" | "Discrete", n, shape)] in the row's (sorted) key order
-        self.obs_parts = [tuple(p) for p in obs_parts] if obs_parts else None
-        self._cols = column_n(int(obs_n), self.obs_parts, self._obs_dim)
+        self.obs_parts = [tuple(p) for p in spec.obs_parts] if spec.obs_parts else None
+        self.obs_n = spec.obs_n if spec.obs_kind == "Discrete" else 0  # a Discrete observation space's n
+        self._cols = spec.column_n
         # MultiDiscrete / MultiBinary: choices per action dimension; actions are int (B, len(nvec))
-        self.nvec = None if nvec is None else np.asarray(nvec, np.int64)
-        self.obs_n = int(obs_n)  # a Discrete observation space's n (0: Box)
+        self.nvec = np.asarray(spec.nvec, np.int64) if spec.nvec else None
         self.fixed_batch = fixed_batch
-        self.discrete = bool(discrete)
-        self.n_actions = int(n_actions)
-        self.act_low = None if act_low is None else np.asarray(act_low, np.float64)
-        self.act_high = None if act_high is None else np.asarray(act_high, np.float64)
-
+        self.discrete = spec.discrete
+        self.n_actions = spec.n_actions
+        self.act_low = None if spec.act_low is None else np.asarray(spec.act_low, np.float64)
+        self.act_high = None if spec.act_high is None else np.asarray(spec.act_high, np.float64)
 
     def reset_frames(self) -> None:
         """Start new episodes: the frame stack restarts (zeros, then the next observation)."""
@@ -131,11 +129,7 @@ class ExportPolicy(Policy):
     """An export directory on one backend."""
 
     def __init__(self, export: Export, runner: Runner):
-        super().__init__(export.obs_dim, runner.fixed_batch, export.discrete, export.n_actions,
-                         export.act_low, export.act_high, obs_n=export.obs_n, nvec=export.nvec,
-                         obs_parts=export.obs_parts, frame_stack=export.frame_stack,
-                         max_and_skip=export.max_and_skip, image=None if export.image_layout is None else
-                         {"shape": export.frame_shape, "layout": export.image_layout})
+        super().__init__(export.spec, runner.fixed_batch)
         self.export = export
         self.runner = runner
         self.backend = runner.backend
@@ -175,25 +169,34 @@ def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = F
                                      f"({INSTALL['onnxruntime']}), {INSTALL['mindspore_lite']}, {INSTALL['om']}")
         backend = found[0]
     backend = canonical_backend(backend)
-    open_export_backend_check(export, backend)
+    require_model_file(export, backend)
     policy = ExportPolicy(export, make_runner(export, backend, target=target, device_id=device_id,
                                               precision_mode=precision_mode))
     if guard:
-        fb = None
-        if fallback == "auto":
-            others = [b for b in available_backends(export) if b != backend]
-            fallback = others[0] if others else None
-        if fallback is not None:
-            fallback = canonical_backend(fallback)
-            open_export_backend_check(export, fallback)
-            fb = ExportPolicy(export, make_runner(export, fallback))
-        policy.guard = Guard(fb, latency_budget_ms, switch_after)
+        policy.guard = guard_for(export, backend, fallback, lambda b: ExportPolicy(export, make_runner(export, b)),
+                                 latency_budget_ms, switch_after)
     return policy
 
 
-def open_export_backend_check(export: Export, backend: str) -> None:
-    name = MODEL_FILE[backend]
-    if name not in export.files:
-        hint = "; export again with --format mindir,onnx" if name.endswith(".onnx") else ""
-        raise ExportError(f"{name}: not in this export (formats: {', '.join(export.formats)}), needed by backend "
-                          f"{backend}{hint}")
+def guard_for(export: Export, primary: str, fallback: Optional[str], make_fallback: Callable[[str], Policy],
+              latency_budget_ms: Optional[float], switch_after: int) -> Guard:
+    """The guard of a policy running ``export`` on ``primary``. ``fallback``: a backend name,
+    'auto' (:func:`auto_fallback`) or None (a violation raises GuardError); ``make_fallback(name)``
+    loads the fallback policy on the same Export (the manifest is not read again)."""
+    if fallback == "auto":
+        fallback = auto_fallback(export, primary)
+    fb = None
+    if fallback is not None:
+        fallback = canonical_backend(fallback)
+        if fallback == primary:
+            raise ExportError(f"the fallback backend must differ from the primary ({fallback})")
+        require_model_file(export, fallback)
+        fb = make_fallback(fallback)
+    return Guard(fb, latency_budget_ms, switch_after)
+
+
+def auto_fallback(export: Export, primary: str) -> Optional[str]:
+    """The guard's 'auto' fallback: the best backend other than ``primary`` whose model file the
+    export holds and whose library imports here (:func:`available_backends`), or None."""
+    others = [b for b in available_backends(export) if b != primary]
+    return others[0] if others else None

@@ -30,6 +30,7 @@ from .names import (
     default_atol,
     memory_bytes,
 )
+from .spaces import SpaceSpec
 
 
 class Export:
@@ -52,6 +53,7 @@ class Export:
         self._io(f)
         self._files(f)
         self._golden_info(f)
+        self.spec = SpaceSpec.from_json(manifest["spaces"])  # the spaces, now known to be well-formed
 
     def _observation(self, f: _Fields, manifest: dict) -> None:
         """spaces.observation: its type, frame stacking, max-and-skip, layout, shape, bounds."""
@@ -320,10 +322,14 @@ def open_export(directory: str, backend: Optional[str] = None, hashes: bool = Tr
     if golden:
         export.golden()
     if backend is not None:
-        b = canonical_backend(backend)
-        name = MODEL_FILE[b]
-        if name not in export.files:
-            hint = "; export again with --format mindir,onnx" if name.endswith(".onnx") else ""
-            raise ExportError(f"{name}: not in this export (formats: {', '.join(export.formats)}), needed by "
-                              f"backend {b}{hint}")
+        require_model_file(export, canonical_backend(backend))
     return export
+
+
+def require_model_file(export: Export, backend: str) -> None:
+    """The model file ``backend`` runs is in the export, or an ExportError naming it (exit 2)."""
+    name = MODEL_FILE[backend]
+    if name not in export.files:
+        hint = "; export again with --format mindir,onnx" if name.endswith(".onnx") else ""
+        raise ExportError(f"{name}: not in this export (formats: {', '.join(export.formats)}), needed by "
+                          f"backend {backend}{hint}")

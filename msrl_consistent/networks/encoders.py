@@ -66,7 +66,7 @@ class DictEncoder(nn.Cell):
 
 def conv_impl_for(conv_impl: str, device: str) -> str:
     """policy.conv_impl resolved: 'auto' is 'matmul' on the CPU device (MindSpore's CPU Conv2D is
-    12-60x slower) and 'conv2d' on Ascend and GPU (a real Conv2D node, what their units run)."""
+    many times slower) and 'conv2d' on Ascend and GPU (a real Conv2D node, what their units run)."""
     if conv_impl == "auto":
         return "matmul" if device == "CPU" else "conv2d"
     return conv_impl

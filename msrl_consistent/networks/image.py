@@ -48,7 +48,7 @@ class Crop(nn.Cell):
     """``x[:, b1:b1+n1, b2:b2+n2, b3:b3+n3]`` of a 4-D tensor (any batch size) as Gathers with constant
     indices: one Gather over the merged dims 1 and 2 when dim 3 is kept whole (the conv windows,
     each index copying a contiguous row), else one Gather per cropped dim. Not tensor indexing:
-    MindSpore 2.10's CPU StridedSlice copies ~50M floats/s (120 ms for one 256 x 20 x 20 x 64 window);
+    MindSpore 2.10's CPU StridedSlice is far slower than a Gather for the conv windows;
     not ops.slice: it needs the batch size, and -1 there exports to an ONNX Slice that drops the
     last row. Backward: ``dout`` zero-padded back to the input shape (Concats with zeros). Only training
     depends on the backward; the exported graph holds the Gathers (ONNX Gather)."""
@@ -57,8 +57,7 @@ class Crop(nn.Cell):
         super().__init__()
         b, n, f = [int(v) for v in begin], [int(v) for v in size], [int(v) for v in full]
         # the backward: dout zero-padded back to the input shape, as Concats with zero blocks (the
-        # same values as ops.pad; MindSpore 2.10's CPU PadV3 took 14-26 ms for a 256 x 9 x 9 x 128
-        # gradient, the Concats 1.7 ms)
+        # same values as ops.pad, whose CPU PadV3 kernel is an order of magnitude slower)
         self.zero_pads = tuple((d, b[d], f[d] - b[d] - n[d]) for d in (1, 2, 3) if n[d] != f[d])
         self.flat = b[3] == 0 and n[3] == f[3]
         self.idx1 = self.idx2 = self.idx3 = None
@@ -97,9 +96,9 @@ class Crop(nn.Cell):
 class MatMulConv2d(nn.Cell):
     """A 'valid' convolution whose kernel size is a multiple of its stride, as Gather / Reshape /
     Transpose / Concat and one MatMul: what NatureCNN's 8x8/4, 4x4/2 and 3x3/1 layers (and the
-    'small' trunk's 4x4/4, 2x2/2) compute, 12-60x faster than MindSpore 2.10's CPU Conv2D (the
-    whole NatureCNN encoder with its preprocessing ~5x: docs/benchmarks.md,
-    benchmarks/cnn_step_cost.py), equal to it within float32 rounding.
+    'small' trunk's 4x4/4, 2x2/2) compute, many times faster than MindSpore 2.10's CPU Conv2D
+    (figures: docs/benchmarks.md, from benchmarks/cnn_step_cost.py), equal to it within float32
+    rounding.
 
     Space-to-depth by the stride s turns the input into (B, H/s, W/s, C*s*s) blocks; the conv is
     then an m x m, stride-1 conv over blocks (m = kernel / s), i.e. the m*m shifted block windows
@@ -182,8 +181,7 @@ CNN_LAYERS = {
     # (out channels, kernel, stride) per conv layer, then the features width
     "nature": (((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512),   # Mnih et al. 2015, SB3's NatureCNN
     # images smaller than 64x64: non-overlapping (kernel = stride) convs, ~150k multiply-adds for a
-    # 32x32 frame (NatureCNN-like 3x3/2 layers cost 13x more, measured ~5 s per 256-frame minibatch
-    # update on this 2-core CPU)
+    # 32x32 frame (NatureCNN-like 3x3/2 layers cost an order of magnitude more: too slow to train on a CPU)
     "small": (((16, 4, 4), (32, 2, 2)), 128),
 }
 
@@ -220,7 +218,7 @@ class ImageEncoder(nn.Cell):
         oh, ow = (int(resize[0]), int(resize[1])) if self.resize else (h, w)
         if self.channels_last:  # rows of W*C contiguous values; the row resize gathers whole rows
             self.in_shape, self.row_axis, self.hwc = (-1, k, h, w * c), 2, (-1, k, oh, w, c)
-            self.pixels = (-1, c)  # grayscale as one (pixels, 3) x (3, 1) MatMul: 5x faster than Mul + ReduceSum here
+            self.pixels = (-1, c)  # grayscale as one (pixels, 3) x (3, 1) MatMul: faster than Mul + ReduceSum on CPU
             self.gray = Tensor(np.asarray(GRAY_WEIGHTS, np.float32).reshape(3, 1))
         else:
             self.in_shape, self.row_axis = (-1, k, c, h, w), 3

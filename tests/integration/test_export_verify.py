@@ -118,6 +118,22 @@ def test_gsde_policy_exports_its_mean_and_verifies(tmp_path):
     assert read_manifest(out).source.config["algo"]["use_sde"] is True
 
 
+def test_opening_an_export_reads_its_manifest_once(cartpole_export, monkeypatch):
+    # one reading validates the directory, builds the typed manifest and serves the guard's fallback too
+    import builtins
+    real_open, opened = builtins.open, []
+
+    def counting_open(file, *args, **kwargs):
+        if os.path.basename(str(file)) == "manifest.json":
+            opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    policy = load_policy(cartpole_export, backend="onnxruntime", guard=True)
+    assert policy.guard.fallback.backend == "mindspore" and policy.manifest.algorithm == "ppo"
+    assert len(opened) == 1, opened
+
+
 def test_raw_output_export_is_a_mismatch(cartpole_run, tmp_path, capsys, monkeypatch):
     # exported without its post-processing: logits instead of the argmax index
     out = str(tmp_path / "raw")

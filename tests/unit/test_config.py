@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from msrl_consistent.cli import main
-from msrl_consistent.config import Config, ConfigError, EnvConfig, apply_overrides, field_docs, load_config
+from msrl_consistent.config import Config, ConfigError, EnvConfig, apply_overrides, load_config
+from msrl_consistent.config_docs import field_docs
 
 
 def write(tmp_path, text, name="c.yaml"):
@@ -146,9 +147,9 @@ def test_cli_subprocess_no_traceback(tmp_path):
 
 
 def test_docs_config_reference_is_current(configs_dir):
-    from msrl_consistent.config import reference_markdown
+    from msrl_consistent.config_docs import reference_markdown
     path = os.path.join(os.path.dirname(configs_dir), "docs", "config.md")
-    assert open(path).read() == reference_markdown(), "regenerate: python -m msrl_consistent.config > docs/config.md"
+    assert open(path).read() == reference_markdown(), "regenerate: python -m msrl_consistent.config_docs > docs/config.md"
 
 
 def test_rlzoo_ppo_recipes_as_published(configs_dir):

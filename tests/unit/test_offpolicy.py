@@ -14,9 +14,9 @@ from msrl_consistent.algorithms.sac import SACAct, SACAgent
 from msrl_consistent.algorithms.td3 import TargetPolicySmoothing, TD3Act, TD3Agent
 from msrl_consistent.buffers import ReplayBuffer
 from msrl_consistent.config import ConfigError, load_config
+from msrl_consistent.deploy.spaces import SpaceSpec
 from msrl_consistent.determinism import configure_mindspore
 from msrl_consistent.distributions import tanh_gaussian_log_prob
-from msrl_consistent.envs import SpaceSpec
 from msrl_consistent.networks.heads import TanhScaleHead
 
 configure_mindspore("CPU")

@@ -7,7 +7,8 @@ from mindspore import Tensor
 
 from msrl_consistent.config import ConfigError, load_config
 from msrl_consistent.deploy import Policy
-from msrl_consistent.envs import SpaceSpec, space_spec
+from msrl_consistent.deploy.spaces import SpaceSpec
+from msrl_consistent.envs import space_spec
 from msrl_consistent.networks.agents import require_box
 from msrl_consistent.networks.encoders import OneHot
 
@@ -60,7 +61,7 @@ class _Echo(Policy):
 
 
 def test_discrete_observation_validation_names_the_space():
-    p = _Echo(1, None, True, 16, obs_n=16)
+    p = _Echo(space_spec(spaces.Discrete(16), spaces.Discrete(16)), None)
     assert p.act(5) == 5 and np.ndim(p.act(5)) == 0
     assert p.act(np.int64(15)) == 15
     assert p.act(np.array([0, 3, 7])).tolist() == [0, 3, 7]
@@ -107,7 +108,7 @@ def test_multicategorical_matches_numpy():
     assert mode.dtype == np.int32 and np.array_equal(mode, np.stack([s.argmax(-1) for s in segs], -1))
     # Gumbel-max with the host noise: per-dimension frequencies follow the softmax
     one = np.tile(logits[:1], (20000, 1))
-    samples = d.sample(Tensor(one), Tensor(d.noise(rng, 20000))).asnumpy()
+    samples = d.draw(Tensor(one), Tensor(d.noise(rng, 20000))).asnumpy()
     for i, n in enumerate(nvec):
         freq = np.bincount(samples[:, i], minlength=n) / len(samples)
         assert np.abs(freq - probs[i][0]).max() < 0.015, (i, freq, probs[i][0])
@@ -126,12 +127,12 @@ def test_bernoulli_matches_numpy():
     assert np.allclose(d.entropy(Tensor(logits)).asnumpy(), want_h, atol=1e-5)
     assert np.array_equal(d.mode(Tensor(logits)).asnumpy(), (logits > 0).astype(np.int32))
     one = np.tile(logits[:1], (20000, 1))
-    samples = d.sample(Tensor(one), Tensor(d.noise(rng, 20000))).asnumpy()
+    samples = d.draw(Tensor(one), Tensor(d.noise(rng, 20000))).asnumpy()
     assert samples.dtype == np.int32 and np.abs(samples.mean(0) - p[0]).max() < 0.015
 
 
 def test_multi_action_checks_of_deploy_policy():
-    p = _Echo(3, None, True, 3, nvec=[3, 4, 2])
+    p = _Echo(space_spec(spaces.Box(-1, 1, (3,)), spaces.MultiDiscrete([3, 4, 2])), None)
     ok = np.array([[2, 3, 1], [0, 0, 0]], np.int32)
     assert p.action_violation(ok, 2) is None
     assert p.action_violation(np.array([[3, 0, 0]], np.int32), 1) == "out_of_range"
@@ -181,8 +182,7 @@ def test_dict_encoder_is_onehot_and_identity_in_key_order():
 
 
 def test_dict_act_validation_names_the_space():
-    parts = space_spec(DICT_SPACE, spaces.Discrete(6)).obs_parts
-    p = _Echo(8, None, True, 6, obs_parts=parts)  # echoes column 0, the 'goal' index
+    p = _Echo(space_spec(DICT_SPACE, spaces.Discrete(6)), None)  # echoes column 0, the 'goal' index
     one = {"goal": 2, "sign": np.array([1.0], np.float32), "pos": np.zeros((2, 3), np.float32)}
     assert p.act(one) == 2 and np.ndim(p.act(one)) == 0
     many = {"goal": np.array([0, 1]), "sign": np.ones((2, 1), np.float32), "pos": np.zeros((2, 6), np.float32)}
@@ -346,7 +346,9 @@ def test_frame_stack_oldest_first_zeros_after_reset():
 
 
 def test_image_act_validation_names_the_space():
-    p = _Echo(2 * 4 * 4 * 3, None, True, 4, image={"shape": (4, 4, 3), "layout": "HWC"}, frame_stack=2)
+    n = 2 * 4 * 4 * 3
+    p = _Echo(SpaceSpec((4, 4, 3), np.zeros(n, np.float32), np.full(n, 255, np.float32), True, 4, obs_kind="Image",
+                        image_layout="HWC", frame_stack=2), None)
     frame = np.full((4, 4, 3), 7, np.uint8)
     assert p.act(frame) == 0  # the first row holds the zeros of the fresh stack, then the frame
     assert p.act(frame) == 7  # now the oldest frame is the first one
@@ -468,8 +470,7 @@ def test_max_and_skip_env_config_manifest_and_policy(tmp_path):
     j = spec.to_json()
     assert j["observation"]["max_and_skip"] == {"kind": "max_and_skip", "skip": 3, "pool": "max_last_2"}
     assert SpaceSpec.from_json(j).max_and_skip == 3
-    from msrl_consistent.runtime import Policy as RuntimePolicy
-    pol = RuntimePolicy(SpaceSpec.from_json(j), None, EnvConfig(id="MsrlTestDot-v0", max_and_skip=3))
+    pol = _Echo(SpaceSpec.from_json(j), None)
     assert isinstance(pol.max_and_skip, MaxAndSkip) and pol.max_and_skip.skip == 3
     with pytest.raises(ConfigError, match="'env.max_and_skip' is 4, but the observation space is Box"):
         env_spec(EnvConfig(id="CartPole-v1", max_and_skip=4))
@@ -477,3 +478,18 @@ def test_max_and_skip_env_config_manifest_and_policy(tmp_path):
     cfg.write_text("algorithm: ppo\nenv:\n  id: CartPole-v1\n  max_and_skip: 0\n")
     with pytest.raises(ConfigError, match="max_and_skip"):
         load_config(str(cfg))
+
+
+@pytest.mark.parametrize("action_space,sde", [(spaces.Discrete(5), None), (spaces.MultiDiscrete([3, 4, 2]), None),
+                                              (spaces.MultiBinary(4), None), (spaces.Box(-2, 1, (3,)), None),
+                                              (spaces.Box(-2, 1, (3,)), (8, 3))])
+def test_distribution_mode_is_the_exported_head(action_space, sde):
+    # the deterministic action the export computes is the mode of the distribution training samples from
+    from msrl_consistent.distributions import action_distribution
+    from msrl_consistent.networks.heads import make_head
+    spec = space_spec(spaces.Box(-1, 1, (2,)), action_space)
+    dist = action_distribution(spec, sde)
+    out = Tensor(np.random.default_rng(0).normal(0, 3, (64, spec.logits_dim)).astype(np.float32))
+    mode, head = dist.mode(out).asnumpy(), make_head(spec, squash=False)(out).asnumpy()
+    assert mode.dtype == head.dtype and np.array_equal(mode, head)
+    assert dist.noise(np.random.default_rng(1), 7).shape[0] == 7
