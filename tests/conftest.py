@@ -5,6 +5,15 @@ os.environ.setdefault("GLOG_v", "3")  # MindSpore's C++ warnings off in test out
 import pytest  # noqa: E402
 from helpers import CONFIGS, train_run  # noqa: E402
 
+SLOW_FIXTURES = {"bundles", "offpolicy_run", "full_export", "pend_exports", "frozenlake_export", "space_export"}
+"""Fixtures that train and export for several seconds: every test using one is ``slow`` too."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def configs_dir():

@@ -46,6 +46,7 @@ def test_msrun_command():
         msrun_command("e", [], 0, 1, "l")
 
 
+@pytest.mark.slow
 def test_two_workers_identical_parameters_and_reproducible(tmp_path):
     hashes = []
     for i in range(2):
@@ -62,6 +63,7 @@ def test_two_workers_identical_parameters_and_reproducible(tmp_path):
     assert hashes[0] == hashes[1]
 
 
+@pytest.mark.slow
 def test_dead_worker_named_and_checkpoint_intact(tmp_path):
     # checkpoint.keep is large so that no checkpoint is pruned while the test looks for one.
     run = tmp_path / "run"
@@ -89,6 +91,7 @@ def test_dead_worker_named_and_checkpoint_intact(tmp_path):
     assert meta["counters"]["num_timesteps"] >= 1024
 
 
+@pytest.mark.slow
 def test_workers_run_the_launching_interpreter_not_the_first_python_on_path(tmp_path):
     # `/path/to/venv/bin/msrl train ... --workers 2` from a shell where that venv is
     # not activated: msrun starts `python` from PATH, here an interpreter without msrl_consistent

@@ -195,6 +195,7 @@ def _one_line_error(err):
     return len(lines) == 1 and lines[0].startswith("msrl: error:")
 
 
+@pytest.mark.slow
 def test_mutation_fuzzer(fuzz_base, tmp_path, capsys):  # noqa: C901  (one assertion per outcome family)
     rng = np.random.default_rng(SEED)
     sentinel_dir = tmp_path / "outside"

@@ -21,6 +21,7 @@ def offpolicy_run(request, tmp_path_factory):
     return request.param, run
 
 
+@pytest.mark.slow
 def test_offpolicy_export_verifies(offpolicy_run, tmp_path):
     algo, run = offpolicy_run
     out = str(tmp_path / "e")

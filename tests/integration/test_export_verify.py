@@ -98,6 +98,7 @@ def test_verify_says_what_passed_and_keeps_one_report_per_backend_and_checker(pe
     assert not os.path.exists(os.path.join(pendulum_export, "report.json"))
 
 
+@pytest.mark.slow
 def test_gsde_policy_exports_its_mean_and_verifies(tmp_path):
     # gSDE changes exploration only: the exported policy is the deterministic mean (clipped), the
     # same graph as without gSDE, bit-identical on MindSpore and within 1e-5 on ONNX Runtime

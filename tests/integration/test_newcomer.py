@@ -76,6 +76,7 @@ def test_load_policy_after_the_users_own_mindspore_code(cartpole_run, tmp_path):
     assert "action" in r.stdout
 
 
+@pytest.mark.slow
 def test_train_by_name_from_a_directory_without_configs(tmp_path):
     # an installed package (no source tree) trains a shipped config by name.
     r = msrl("train", "ppo/CartPole-v1", "--total-timesteps", "512", "--run-dir", "run", "--quiet",

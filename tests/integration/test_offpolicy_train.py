@@ -15,6 +15,7 @@ SHORT = ["total_timesteps=600", "algo.learning_starts=200", "eval.freq=0", "eval
 TD3_EVERY_STEP = ["algo.train_freq=1", "algo.gradient_steps=1"]
 
 
+@pytest.mark.slow
 def test_sac_deterministic_and_lean_buffer_identical(tmp_path):
     _, s1, a1 = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT + ["algo.save_replay_buffer=true"], "a")
     _, s2, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT, "b")
@@ -41,6 +42,7 @@ def test_sac_deterministic_and_lean_buffer_identical(tmp_path):
     np.testing.assert_array_equal(fresh.act_deterministic(obs), a1.act_deterministic(obs))
 
 
+@pytest.mark.slow
 def test_td3_deterministic(tmp_path):
     _, s1, a1 = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP, "a")
     _, s2, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP, "b")
@@ -65,6 +67,7 @@ def test_td3_deterministic(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["sac", "td3"])
+@pytest.mark.slow
 def test_cli_train_and_eval(tmp_path, capsys, name):
     run_dir = str(tmp_path / "run")
     rc = main(["train", os.path.join(CONFIGS, name, "Pendulum-v1.yaml"), "--seed", "0", "--run-dir", run_dir,
@@ -89,6 +92,7 @@ def test_discrete_env_rejected_by_cli(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("lean", [False, True])
+@pytest.mark.slow
 def test_sac_fused_acting_two_resumes_from_a_checkpoint_are_identical(tmp_path, lean):
     # fuse_act computes the next exploration action in the round's last update call, before the
     # checkpoint: resuming from the same checkpoint twice still gives the same parameters (the

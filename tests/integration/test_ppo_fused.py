@@ -43,6 +43,7 @@ def _train(tmp_path, name, fused: bool):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_fused_phase_is_bit_identical_to_the_per_minibatch_loop(tmp_path, name):
     fused = _train(tmp_path, name, True)
     loop = _train(tmp_path, name, False)
@@ -73,6 +74,7 @@ def test_fast_call_path_is_active_on_the_pinned_mindspore():
     assert f(x + 1).asnumpy().tolist() == [2.0, 4.0, 6.0]
 
 
+@pytest.mark.slow
 def test_one_sample_minibatch_is_not_normalized(tmp_path):
     # 3 envs x 7 steps, batch 4: every epoch ends with a 1-sample minibatch, whose advantage
     # std (n - 1 = 0) was NaN and stopped the run as non-finite; SB3 skips the normalization
@@ -87,6 +89,7 @@ def test_one_sample_minibatch_is_not_normalized(tmp_path):
         assert all(np.all(np.isfinite(v)) for v in algo.parameters().values())
 
 
+@pytest.mark.slow
 def test_target_kl_does_not_apply_the_minibatch_that_exceeds_it(tmp_path):
     # The first minibatch of a phase has ratio 1 (KL 0) and is applied; the second one's KL
     # exceeds the tiny threshold: SB3 computes the KL before the step and skips that step.

@@ -14,6 +14,7 @@ SHORT = ["total_timesteps=2048", "eval.freq=0", "eval.episodes=1", "env.n_envs=4
          "algo.batch_size=128", "algo.n_epochs=4"]
 
 
+@pytest.mark.slow
 def test_same_seed_bit_identical_other_seed_differs(tmp_path):
     _, s1, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml", SHORT + ["seed=3"], "a")
     _, s2, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml", SHORT + ["seed=3"], "b")
@@ -23,6 +24,7 @@ def test_same_seed_bit_identical_other_seed_differs(tmp_path):
     assert s1["params_sha256"] != s3["params_sha256"]
 
 
+@pytest.mark.slow
 def test_continuous_with_normalization_deterministic(tmp_path):
     args = ["total_timesteps=1024", "algo.n_steps=128", "eval.freq=0", "eval.episodes=1", "seed=1"]
     _, s1, a1 = train_run(tmp_path, "ppo/Pendulum-v1.yaml", args, "a")
@@ -34,6 +36,7 @@ def test_continuous_with_normalization_deterministic(tmp_path):
     np.testing.assert_array_equal(mean, a1.obs_rms.mean.astype(np.float32))
 
 
+@pytest.mark.slow
 def test_shared_trunk_and_value_clipping_and_target_kl(tmp_path):
     _, s, algo = train_run(tmp_path, "ppo/CartPole-v1.yaml",
                            SHORT + ["policy.shared=true", "algo.clip_range_vf=0.2", "algo.target_kl=0.0001"], "x")
@@ -68,6 +71,7 @@ def test_corrupt_checkpoint_named(tmp_path, cartpole_run):
         ckpt.load_checkpoint(str(bad))
 
 
+@pytest.mark.slow
 def test_cli_train_and_eval(tmp_path, configs_dir, capsys):
     run = tmp_path / "run"
     rc = main(["train", os.path.join(configs_dir, "ppo", "CartPole-v1.yaml"), "--seed", "2", "--total-timesteps", "1e3",
@@ -104,6 +108,7 @@ def test_eval_missing_checkpoint(tmp_path, capsys):
     assert "has no checkpoint" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_async_vector_env_same_result_as_sync(tmp_path):
     args = ["total_timesteps=512", "eval.freq=0", "eval.episodes=1", "env.n_envs=2", "algo.n_steps=64",
                         "algo.batch_size=64", "algo.n_epochs=1"]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from helpers import CONFIGS, ROOT
 
 README = os.path.join(ROOT, "README.md")
@@ -73,6 +74,7 @@ def test_readme_parsing_finds_the_chain():
     assert [c[1] for c in cmds[1:]] == ["eval", "export", "verify", "verify", "eval"]
 
 
+@pytest.mark.slow
 def test_readme_quickstart_and_whole_chain(tmp_path):
     cmds = msrl_commands(section(open(README, encoding="utf-8").read(), "Quickstart"))
     os.symlink(CONFIGS, tmp_path / "configs")
@@ -90,6 +92,7 @@ def test_readme_quickstart_and_whole_chain(tmp_path):
     assert "report-verify-mindspore.md" in reports and "report-verify-onnxruntime.json" in reports, reports
 
 
+@pytest.mark.slow
 def test_readme_from_python(tmp_path):
     blocks = fenced(section(open(README, encoding="utf-8").read(), "From Python"), "python")
     assert len(blocks) == 1

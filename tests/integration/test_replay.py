@@ -91,6 +91,7 @@ def test_precision_sweep_in_export(pend_exports):
     assert "force_fp16" in text and "not emulated" in text
 
 
+@pytest.mark.slow
 def test_trace_flushed_on_sigterm(cartpole_run, tmp_path):
     exp = str(tmp_path / "e")
     export_run(cartpole_run, exp, golden=32)

@@ -47,6 +47,7 @@ def unwritable(tmp_path):
     d.chmod(0o700)
 
 
+@pytest.mark.slow
 def test_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
     run, _, _ = train_run(tmp_path, "ppo/Pendulum-v1.yaml",
                           SHORT + ["total_timesteps=2048", "checkpoint.freq=512", "checkpoint.keep=5"], "base")
@@ -64,6 +65,7 @@ def test_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
     assert [e["event"] for e in events][-2:] == ["resumed", "finished"]
 
 
+@pytest.mark.slow
 def test_gsde_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
     # gSDE's exploration matrices come from the run's Generator (stored in checkpoints; drawn at
     # each rollout's start and every sde_sample_freq steps, and checkpoints fall between rollouts):
@@ -87,6 +89,7 @@ def test_gsde_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
     assert once["params_sha256"] != full["params_sha256"]
 
 
+@pytest.mark.slow
 def test_keep_last_k_checkpoints(tmp_path):
     run, _, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml",
                           SHORT + ["total_timesteps=3072", "checkpoint.freq=256", "checkpoint.keep=2"], "k")
@@ -94,6 +97,7 @@ def test_keep_last_k_checkpoints(tmp_path):
     assert files == ["final.safetensors", "step-000002560.safetensors", "step-000002816.safetensors"]
 
 
+@pytest.mark.slow
 def test_sigint_writes_checkpoint_exit_130_then_resume(tmp_path):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "msrl_consistent", "train", os.path.join(CONFIGS, "ppo", "CartPole-v1.yaml"),
@@ -124,6 +128,7 @@ def test_sigint_writes_checkpoint_exit_130_then_resume(tmp_path):
     assert main(["train", "--resume", str(run), "--quiet"]) == 0  # already finished: nothing to do
 
 
+@pytest.mark.slow
 def test_corrupt_checkpoint_names_newest_intact_and_resume_skips_it(tmp_path, capsys):
     run, _, _ = train_run(tmp_path, "ppo/CartPole-v1.yaml",
                           SHORT + ["total_timesteps=1024", "checkpoint.freq=256", "checkpoint.keep=5"], "c")
@@ -215,6 +220,7 @@ def test_export_replacing_existing_keeps_old_on_failure(cartpole_run, tmp_path, 
     assert sorted(os.listdir(tmp_path)) == ["exp"]
 
 
+@pytest.mark.slow
 def test_soak_20_interrupt_resume_cycles(tmp_path, monkeypatch):
     """20 cycles of: resume, train until a real SIGTERM arrives, checkpoint; then finish."""
     cfg = load_config(os.path.join(CONFIGS, "ppo", "CartPole-v1.yaml"),
@@ -251,6 +257,7 @@ def test_soak_20_interrupt_resume_cycles(tmp_path, monkeypatch):
     assert events.count("interrupted") == 20 and events.count("resumed") == 20
 
 
+@pytest.mark.slow
 def test_a_run_directory_is_trained_by_one_process_at_a_time(tmp_path):
     # A scheduler restarts a job whose old process is still alive: the second `msrl train --resume`
     # is refused naming the holder; once the holder is SIGKILLed, --resume just works.

@@ -68,6 +68,7 @@ def _sweep_rows(out):
         return {r["emulation"]: r for r in json.load(fh)["precision_sweep"]["rows"]}
 
 
+@pytest.mark.slow
 def test_stacked_image_trace_is_uint8_and_replays(space_export, tmp_path, capsys):
     run, out = space_export("dot")
     trace = str(tmp_path / "dot.npz")
@@ -90,6 +91,7 @@ def test_stacked_image_trace_is_uint8_and_replays(space_export, tmp_path, capsys
 
 
 @pytest.mark.parametrize("name,nvec", [("multidiscrete", [3, 4, 2]), ("multibinary", [2, 2, 2, 2])])
+@pytest.mark.slow
 def test_multi_action_replay_and_sweep_per_dimension(name, nvec, space_export, tmp_path, capsys):
     from msrl_consistent.export.sweep import precision_sweep, sweep_markdown
     run, out = space_export(name)
@@ -122,6 +124,7 @@ def test_multi_action_replay_and_sweep_per_dimension(name, nvec, space_export, t
     assert "[0.9688, 1.0000" in sweep_markdown(sweep)
 
 
+@pytest.mark.slow
 def test_dict_observation_traces_replay(space_export, tmp_path, capsys):
     run, out = space_export("dict")
     trace = str(tmp_path / "eval.npz")
@@ -151,6 +154,7 @@ def test_dict_observation_traces_replay(space_export, tmp_path, capsys):
     assert _sweep_rows(out)["fp16"]["golden_agreement"] is not None
 
 
+@pytest.mark.slow
 def test_discrete_observation_trace_replays(space_export, tmp_path, capsys):
     run, out = space_export("frozenlake")
     trace = str(tmp_path / "fl.npz")

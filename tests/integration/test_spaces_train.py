@@ -92,6 +92,7 @@ eval:
 
 @pytest.mark.parametrize("env_id,optimum,dims", [("MsrlTestMultiDiscrete-v0", 24.0, 3),
                                                  ("MsrlTestMultiBinary-v0", 32.0, 4)])
+@pytest.mark.slow
 def test_multi_actions_learn_export_verify(env_id, optimum, dims, tmp_path, capsys):
     import spaces_envs  # noqa: F401  (registers the test envs)
     cfg = tmp_path / "ppo.yaml"
@@ -115,6 +116,7 @@ def test_multi_actions_learn_export_verify(env_id, optimum, dims, tmp_path, caps
     assert np.array_equal(pol.act(obs[None])[0], load_policy(run).act(obs))
 
 
+@pytest.mark.slow
 def test_dict_observations_learn_export_verify(tmp_path, capsys):
     import subprocess
     import sys
@@ -181,6 +183,7 @@ def _dot_run(tmp_path, steps, k, skip=1):
         return run, json.load(fh)
 
 
+@pytest.mark.slow
 def test_image_policy_learns_and_exports_from_raw_uint8_frames(tmp_path, capsys):
     run, summary = _dot_run(tmp_path, 8192, 1)
     # optimum ~1.27 (1 + 0.1 x the mean grid distance); random play ~0.06 (measured: docs/benchmarks.md)
@@ -207,6 +210,7 @@ def test_image_policy_learns_and_exports_from_raw_uint8_frames(tmp_path, capsys)
             pol.act(frame[:, :, :1])
 
 
+@pytest.mark.slow
 def test_frame_stacking_is_reproduced_by_the_deployed_policy(tmp_path, capsys):
     run, _ = _dot_run(tmp_path, 1024, 2, skip=2)
     out = str(tmp_path / "export")
@@ -245,6 +249,7 @@ def test_frame_stacking_is_reproduced_by_the_deployed_policy(tmp_path, capsys):
     assert "field 'spaces.observation.max_and_skip' is" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_image_ppo_is_bit_reproducible_and_resumes_exactly(tmp_path):
     # the pre-encoded rollout (the buffer holds the cell's preprocessed frames) keeps the project's
     # determinism: the same config and seed twice give the same parameters, and two resumes from
@@ -295,6 +300,7 @@ eval:
 """
 
 
+@pytest.mark.slow
 def test_full_size_atari_frames_export_and_verify(tmp_path, capsys):
     # the raw 210x160x3 uint8 frame, stacked 4 times (403,200 bytes per model input row), as the
     # shipped Breakout config has it: train, export, verify on both backends, the bundle's check

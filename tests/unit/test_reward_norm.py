@@ -53,6 +53,7 @@ def test_ranks_update_with_every_ranks_returns_in_rank_order():
     np.testing.assert_allclose(ranks[0].rms.var, single.rms.var, rtol=1e-5)  # float32 through the gather
 
 
+@pytest.mark.slow
 def test_ppo_with_reward_normalization_checkpoints_and_exports_without_it(tmp_path):
     over = ["total_timesteps=1024", "eval.freq=0", "eval.episodes=1", "log.tensorboard=false",
             "checkpoint.freq=512"]

@@ -266,6 +266,7 @@ def test_nature_cnn_refuses_small_images_and_grayscale_needs_rgb():
 
 @pytest.mark.parametrize("cnn,shape,resize", [("nature", (84, 84, 3), None), ("nature", (90, 87, 3), None),
                                                ("small", (32, 32, 3), None), ("small", (34, 31, 3), [30, 29])])
+@pytest.mark.slow
 def test_matmul_convs_equal_conv2d(cnn, shape, resize):
     """conv_impl 'matmul' (MatMulConv2d) and 'conv2d' (nn.Conv2d): the same parameters from the same
     seed, features equal within float32 rounding, gradients too; sizes that leave input rows and
@@ -297,6 +298,7 @@ def test_matmul_convs_equal_conv2d(cnn, shape, resize):
         assert np.abs(gb).max() > 0 and np.abs(ga - gb).max() <= 1e-4 * np.abs(gb).max(), name
 
 
+@pytest.mark.slow
 def test_matmul_convs_export_to_onnx_with_a_dynamic_batch(tmp_path):
     """NatureCNN's windows and a crop (90 x 87 leaves rows unused) through MindSpore's ONNX exporter:
     the batch stays dynamic (export/onnx.py's check: ONNX Runtime within 1e-5 of the cell at batch
