@@ -252,9 +252,12 @@ class PPOTrainStep(nn.Cell):
     approx KL is computed by the forward pass, before the step; above ``kl_threshold`` the step
     is not applied (data parallel: the ranks' mean KL decides, the same on every rank)."""
 
-    def __init__(self, loss: PPOLoss, optimizer: nn.Optimizer, max_grad_norm: float, world: int = 1):
+    def __init__(self, loss: PPOLoss, optimizer: nn.Optimizer, max_grad_norm: float, world: int = 1,
+                 early_stop: bool = True):
         super().__init__()
         self.optimizer = optimizer
+        # without target_kl (threshold +inf) every step is applied: no `if` in the graph (fewer kernels)
+        self.early_stop = early_stop
         self.grad_fn = ops.value_and_grad(loss, None, optimizer.parameters, has_aux=True)
         self.clip_norm = Tensor([float(max_grad_norm)], ms.float32)  # shape (1,), as clip_by_global_norm
         # Data parallel (msrun): average gradients over ranks before clipping, in the same graph.
@@ -273,10 +276,16 @@ class PPOTrainStep(nn.Cell):
             kl = self.all_reduce(kl) / self.world
         flat = ops.concat([g.reshape(-1) for g in grads])  # the global norm in 4 kernels, not 2 per tensor
         norm = ops.sqrt(ops.square(flat).sum()).reshape((1,))
-        if kl <= kl_threshold:
-            coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)  # torch's clip_grad_norm_
-            self.optimizer(tuple(g * coef for g in grads))
+        if self.early_stop:
+            if kl <= kl_threshold:
+                self.apply(grads, norm)
+        else:
+            self.apply(grads, norm)
         return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
+
+    def apply(self, grads, norm):
+        coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)  # torch's clip_grad_norm_
+        self.optimizer(tuple(g * coef for g in grads))
 
 
 class PPOUpdatePhase(nn.Cell):
@@ -303,6 +312,7 @@ class PPOUpdatePhase(nn.Cell):
         self.ragged = rollout % batch_size != 0  # every epoch ends with a shorter minibatch
         self.per_epoch_all = self.per_epoch + (1 if self.ragged else 0)
         self.total = n_epochs * self.per_epoch_all
+        self.early_stop = step.early_stop
 
     def minibatch(self, b, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf,
                   kl_threshold):
@@ -335,7 +345,10 @@ class PPOUpdatePhase(nn.Cell):
                                    clip_range, clip_range_vf, kl_threshold)
             stats = ops.tensor_scatter_update(stats, k.reshape((1, 1)), s.reshape((1, 7)))
             n_run = k + 1
-            k = ops.select(s[4] > kl_threshold, k * 0 + self.total, k + 1)
+            if self.early_stop:
+                k = ops.select(s[4] > kl_threshold, k * 0 + self.total, k + 1)
+            else:
+                k = k + 1
         return stats, n_run
 
 
@@ -391,7 +404,8 @@ class PPO(OnPolicyAlgorithm):
         self.value_cell = ValueCell(self.agent)
         self.optimizer = Adam(self.agent.trainable_params(), learning_rate=c.learning_rate, eps=c.adam_eps)
         self.optimizers = {"adam": self.optimizer}
-        self.step_cell = PPOTrainStep(PPOLoss(self.agent, c), self.optimizer, c.max_grad_norm, self.dist.world)
+        self.step_cell = PPOTrainStep(PPOLoss(self.agent, c), self.optimizer, c.max_grad_norm, self.dist.world,
+                                      early_stop=c.target_kl is not None)
         # One graph call per update phase; data-parallel runs keep one call per minibatch (their
         # target_kl decision averages approx KL over the ranks on the host).
         self.fused = self.dist.world == 1

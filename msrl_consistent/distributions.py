@@ -18,11 +18,11 @@ LOG_2 = math.log(2.0)
 
 
 # Categorical ---------------------------------------------------------------------------
-def categorical_log_prob(logits, actions, n_actions: int):
-    """log pi(a|s) for integer actions (int32), via log_softmax and a one-hot mask."""
+def categorical_log_prob(logits, actions):
+    """log pi(a|s) for integer actions (int32): log_softmax, then the actions' entries gathered (one
+    kernel; the same values, and the same gradient, as the log_softmax masked by a one-hot and summed)."""
     logp = ops.log_softmax(logits, -1)
-    onehot = ops.one_hot(actions, n_actions, ops.ones((), ms.float32), ops.zeros((), ms.float32))
-    return (logp * onehot).sum(-1)
+    return ops.gather_elements(logp, logits.ndim - 1, actions.expand_dims(-1)).squeeze(-1)
 
 
 def categorical_entropy(logits):
@@ -139,11 +139,11 @@ class Categorical(Distribution):
     def sample(self, params, noise):
         logits, _, _ = params
         action = categorical_sample(logits, noise)
-        return action, action, categorical_log_prob(logits, action, self.n)
+        return action, action, categorical_log_prob(logits, action)
 
     def log_prob_entropy(self, params, actions):
         logits, _, _ = params
-        return categorical_log_prob(logits, actions, self.n), categorical_entropy(logits).mean()
+        return categorical_log_prob(logits, actions), categorical_entropy(logits).mean()
 
     def mode(self, out):
         return ops.cast(ops.argmax(out, -1), ms.int32)
