@@ -47,6 +47,8 @@ class Algorithm:
     name: str = ""
     config_cls: type
     agent_cls: type
+    data_parallel: bool = False
+    """True when the algorithm's update averages gradients over msrun ranks (``msrl train --workers N``)."""
     resumed_from: Optional[str] = None
 
     def __init__(self, cfg: Config):

@@ -20,6 +20,24 @@ class UpdateThenAct(nn.Cell):
         return stats, self.act(obs, noise)
 
 
+class RankMean(nn.Cell):
+    """Graph code: the mean of a gradient tuple over the data-parallel ranks
+    (``nn.DistributedGradReducer``), so every rank applies the same step and the parameters stay
+    identical; with one process (``world`` 1) the gradients pass unchanged and the graph holds
+    no collective."""
+
+    def __init__(self, parameters, world: int):
+        super().__init__()
+        self.distributed = world > 1
+        if self.distributed:
+            self.reducer = nn.DistributedGradReducer(parameters, mean=True, degree=world)
+
+    def construct(self, grads):
+        if self.distributed:
+            return self.reducer(grads)
+        return grads
+
+
 def polyak(targets, onlines, tau: float, ready):
     """Graph code: target <- (1 - tau) * target + tau * online for each Parameter pair, reading
     the online Parameters after ``ready`` (the output of their optimizer step)."""

@@ -108,6 +108,13 @@ class OffPolicyAlgorithm(Algorithm):
     compares parameter hashes) with one graph call per round fewer. Not used with
     observation normalization (the statistics are synced after the update).
 
+    Data parallel (msrun, ``--workers N``): every rank steps its own seeded envs into its own
+    replay buffer and samples its own batch from its own Generator stream; each gradient is the
+    ranks' mean inside the update graph (cells.RankMean), so the parameters, the targets, SAC's
+    temperature and TD3's policy delay stay identical on every rank; a gradient step averages N
+    batches of ``batch_size`` (the effective batch is N x batch_size). ``num_timesteps`` and
+    ``learning_starts`` count the steps of all ranks.
+
     Checkpoints include the replay buffer only with ``algo.save_replay_buffer`` (exact
     resume); by default it is left out: 1M HalfCheetah transitions are ~100-190 MB per
     checkpoint. A run resumed without its buffer collects ``learning_starts`` random steps
@@ -241,6 +248,7 @@ class OffPolicyAlgorithm(Algorithm):
         if buf.size == 0 and self.num_timesteps > 0:
             warmup_end = self.num_timesteps + c.learning_starts  # resumed without its replay buffer
         fuse = bool(c.fuse_act) and self.obs_rms is None
+        steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
         phases = run.phases
         clock = time.perf_counter
         next_action = None  # exploration action for `obs` computed by the last (fused) update call
@@ -260,15 +268,15 @@ class OffPolicyAlgorithm(Algorithm):
                     phases["env"] += clock() - t1
                     phases["acting"] += t1 - t0
                     buf.add(obs, real_next, a, rew, term, trunc)
-                    self.num_timesteps += n_envs
-                    collected += n_envs
+                    self.num_timesteps += steps_per_vector_step
+                    collected += n_envs  # this rank's steps: gradient_steps -1 runs as many updates
                     ep_ret += rew
                     ep_len += 1
                     for i in np.nonzero(term | trunc)[0]:
                         run.episode_done(float(ep_ret[i]), int(ep_len[i]))
                         ep_ret[i], ep_len[i] = 0.0, 0
-                    if self.obs_rms is not None:
-                        self.obs_rms.update(obs)
+                    if self.obs_rms is not None:  # every rank's observations, merged in rank order
+                        self.obs_rms.update(self.dist.allgather(obs))
                     obs = next_obs
                     if self.num_timesteps >= cfg.total_timesteps:
                         break

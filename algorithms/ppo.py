@@ -25,6 +25,7 @@ from msrl_consistent.networks.mlp import MLP, Chain, dense
 from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value
+from .cells import RankMean
 from .on_policy import OnPolicyAlgorithm
 
 
@@ -262,8 +263,8 @@ class PPOTrainStep(nn.Cell):
         self.clip_norm = Tensor([float(max_grad_norm)], ms.float32)  # shape (1,), as clip_by_global_norm
         # Data parallel (msrun): average gradients over ranks before clipping, in the same graph.
         self.distributed = world > 1
+        self.rank_mean = RankMean(optimizer.parameters, world)
         if self.distributed:
-            self.reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=world)
             self.all_reduce = ops.AllReduce()
             self.world = float(world)
 
@@ -271,8 +272,8 @@ class PPOTrainStep(nn.Cell):
                   kl_threshold):
         (loss, pg, vl, ent, kl, cf), grads = self.grad_fn(obs, actions, old_log_prob, advantages, returns,
                                                           old_values, clip_range, clip_range_vf)
+        grads = self.rank_mean(grads)
         if self.distributed:
-            grads = self.reducer(grads)
             kl = self.all_reduce(kl) / self.world
         flat = ops.concat([g.reshape(-1) for g in grads])  # the global norm in 4 kernels, not 2 per tensor
         norm = ops.sqrt(ops.square(flat).sum()).reshape((1,))
@@ -386,6 +387,7 @@ class PPO(OnPolicyAlgorithm):
     name = "ppo"
     config_cls = PPOConfig
     agent_cls = ActorCriticAgent
+    data_parallel = True
 
     def build(self) -> None:
         c: PPOConfig = self.cfg.algo

@@ -27,7 +27,7 @@ from msrl_consistent.networks.mlp import MLP, Chain, Tanh, accurate_tanh, dense
 from msrl_consistent.optim import Adam
 
 from .algorithm import register
-from .cells import TwinCriticLoss, polyak, twin_critic_params
+from .cells import RankMean, TwinCriticLoss, polyak, twin_critic_params
 from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
 
 
@@ -140,8 +140,12 @@ class SACTrainStep(nn.Cell):
     """
 
     def __init__(self, agent: SACAgent, c: SACConfig, layout: BatchLayout, critic_opt, actor_opt, alpha_opt,
-                 target_entropy: float):
+                 target_entropy: float, world: int = 1):
         super().__init__()
+        # data parallel: each gradient is the ranks' mean (every rank samples its own batch)
+        self.critic_mean = RankMean(critic_opt.parameters, world)
+        self.actor_mean = RankMean(actor_opt.parameters, world)
+        self.alpha_mean = RankMean(alpha_opt.parameters if alpha_opt is not None else [agent.log_alpha], world)
         self.agent = agent
         self.layout = layout
         self.sampler = SquashedGaussian(agent)
@@ -168,15 +172,15 @@ class SACTrainStep(nn.Cell):
         q_next = ops.minimum(self.agent.q1_target(xn, an), self.agent.q2_target(xn, an)) - alpha * logp_next
         y = ops.stop_gradient(rewards + self.gamma * (1.0 - terminated) * q_next)
         (critic_loss, q_mean), grads = self.critic_grad(x, actions, y)
-        critic_done = self.critic_opt(grads)
+        critic_done = self.critic_opt(self.critic_mean(grads))
         # Actor: after the critic update (SB3 recomputes Q with the updated critics).
         (actor_loss, log_prob), grads = self.actor_grad(ops.depend(x, critic_done), eps, alpha)
-        self.actor_opt(grads)
+        self.actor_opt(self.actor_mean(grads))
         # Temperature: loss -(log_alpha * (log pi + target_entropy)).mean(); its gradient is -mean(...).
         err = (log_prob + self.target_entropy).mean()
         alpha_loss = -(self.agent.log_alpha.sum() * err)
         if self.auto_alpha:
-            self.alpha_opt((ops.reshape(-err, (1,)),))
+            self.alpha_opt(self.alpha_mean((ops.reshape(-err, (1,)),)))
         polyak(self.targets, self.onlines, self.tau, critic_done)
         return ops.stack([critic_loss, actor_loss, alpha_loss, alpha.sum(), -log_prob.mean(), q_mean])
 
@@ -189,6 +193,7 @@ class SAC(OffPolicyAlgorithm):
     name = "sac"
     config_cls = SACConfig
     agent_cls = SACAgent
+    data_parallel = True
 
     def build(self) -> None:
         c: SACConfig = self.cfg.algo
@@ -208,7 +213,7 @@ class SAC(OffPolicyAlgorithm):
         self.noise_columns = 2 * self.spec.n_actions  # a ~ pi(.|s) and a' ~ pi(.|s')
         self.layout = self.batch_layout()
         self.update_cells = {"step": SACTrainStep(agent, c, self.layout, self.critic_opt, self.actor_opt,
-                                                  self.alpha_opt, self.target_entropy)}
+                                                  self.alpha_opt, self.target_entropy, self.dist.world)}
 
     def summarize(self, stats):
         mean = np.mean([s for _, s in stats], axis=0)

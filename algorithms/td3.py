@@ -28,7 +28,7 @@ from msrl_consistent.networks.mlp import MLP, Tanh, accurate_tanh
 from msrl_consistent.optim import Adam
 
 from .algorithm import register
-from .cells import TwinCriticLoss, polyak, twin_critic_params
+from .cells import RankMean, TwinCriticLoss, polyak, twin_critic_params
 from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
 
 
@@ -123,8 +123,9 @@ class TD3CriticStep(nn.Cell):
     """Critic-only gradient step. Input: packed float32 batch [obs | action | reward |
     next_obs | terminated | target smoothing noise]; output: stack([critic_loss, q_mean])."""
 
-    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt):
+    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt, world: int = 1):
         super().__init__()
+        self.critic_mean = RankMean(critic_opt.parameters, world)  # data parallel: the ranks' mean gradient
         self.agent = agent
         self.layout = layout
         self.critic_opt = critic_opt
@@ -141,7 +142,7 @@ class TD3CriticStep(nn.Cell):
         q_next = ops.minimum(self.agent.q1_target(xn, an), self.agent.q2_target(xn, an))
         y = ops.stop_gradient(rewards + self.gamma * (1.0 - terminated) * q_next)
         (loss, q_mean), grads = self.critic_grad(x, actions, y)
-        done = self.critic_opt(grads)
+        done = self.critic_opt(self.critic_mean(grads))
         return x, loss, q_mean, done
 
     def construct(self, batch):
@@ -153,9 +154,10 @@ class TD3FullStep(TD3CriticStep):
     """Critic step, then the delayed actor step and the Polyak updates of all targets;
     output: stack([critic_loss, q_mean, actor_loss])."""
 
-    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt, actor_opt):
-        super().__init__(agent, c, layout, critic_opt)
+    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt, actor_opt, world: int = 1):
+        super().__init__(agent, c, layout, critic_opt, world)
         self.actor_opt = actor_opt
+        self.actor_mean = RankMean(actor_opt.parameters, world)
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters)
         self.tau = float(c.tau)
         self.critic_targets = ms.ParameterTuple(twin_critic_params(agent, targets=True))
@@ -167,7 +169,7 @@ class TD3FullStep(TD3CriticStep):
         x, critic_loss, q_mean, critic_done = self.critic_update(batch)
         # The actor loss sees the updated critics (as SB3).
         actor_loss, grads = self.actor_grad(ops.depend(x, critic_done))
-        actor_done = self.actor_opt(grads)
+        actor_done = self.actor_opt(self.actor_mean(grads))
         polyak(self.critic_targets, self.critics, self.tau, critic_done)
         polyak(self.actor_targets, self.actors, self.tau, actor_done)
         return ops.stack([critic_loss, q_mean, actor_loss])
@@ -178,6 +180,7 @@ class TD3(OffPolicyAlgorithm):
     name = "td3"
     config_cls = TD3Config
     agent_cls = TD3Agent
+    data_parallel = True
 
     def build(self) -> None:
         c: TD3Config = self.cfg.algo
@@ -188,8 +191,9 @@ class TD3(OffPolicyAlgorithm):
         self.act_cell = TD3Act(agent, c.action_noise_sigma)
         self.noise_columns = self.spec.n_actions  # target policy smoothing
         self.layout = self.batch_layout()
-        self.update_cells = {"critic": TD3CriticStep(agent, c, self.layout, self.critic_opt),
-                             "full": TD3FullStep(agent, c, self.layout, self.critic_opt, self.actor_opt)}
+        world = self.dist.world
+        self.update_cells = {"critic": TD3CriticStep(agent, c, self.layout, self.critic_opt, world),
+                             "full": TD3FullStep(agent, c, self.layout, self.critic_opt, self.actor_opt, world)}
 
     def update_kind(self, n_update: int) -> str:
         """Every policy_delay-th gradient step is the full step (critic, actor, targets)."""

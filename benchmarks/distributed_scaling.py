@@ -1,6 +1,7 @@
-"""PPO steps/s with 1 and N msrun workers, side by side in one run, and the eval return.
+"""Steps/s with 1 and N msrun workers (PPO, SAC, TD3), side by side in one run, and the eval return.
 
     python benchmarks/distributed_scaling.py --workers 1 2 --config configs/ppo/CartPole-v1.yaml
+    python benchmarks/distributed_scaling.py --workers 2 --seeds 0 1 2 --config configs/sac/Pendulum-v1.yaml
 
 Each launch is `msrl train CONFIG --workers W` (W=1 is a plain process); total_timesteps counts
 the steps of all ranks. Reports wall time, steps/s of rank 0, the eval mean return over 10
@@ -20,17 +21,17 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--config", default="configs/ppo/CartPole-v1.yaml")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--workdir")
     args = p.parse_args()
     work = args.workdir or tempfile.mkdtemp(prefix="msrl-dist-")
     env = dict(os.environ, GLOG_v="3")
     rows = []
-    for w in args.workers:
-        run = os.path.join(work, f"w{w}")
+    for seed, w in [(s, w) for s in args.seeds for w in args.workers]:
+        run = os.path.join(work, f"s{seed}-w{w}")
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "msrl_consistent", "train", args.config, "--workers", str(w), "--seed",
-                        str(args.seed), "--run-dir", run, "--quiet", "--set", "eval.freq=0",
+                        str(seed), "--run-dir", run, "--quiet", "--set", "eval.freq=0",
                         "--master-port", str(8150 + w)], check=True, env=env)
         wall = time.perf_counter() - t0
         summary = json.load(open(os.path.join(run, "summary.json")))
@@ -39,14 +40,14 @@ def main():
         ev = json.loads(subprocess.run([sys.executable, "-m", "msrl_consistent", "eval", run, "--episodes", "10",
                                         "--seed", "1000", "--json"], check=True, capture_output=True, text=True,
                                        env=env).stdout)
-        rows.append({"workers": w, "steps": summary["num_timesteps"], "wall_s": round(wall, 1),
+        rows.append({"seed": seed, "workers": w, "steps": summary["num_timesteps"], "wall_s": round(wall, 1),
                      "steps_per_s": summary["steps_per_second"], "eval_mean_return": ev["mean_return"],
                      "ranks_identical": same if ranks else None})
         print(json.dumps(rows[-1]), flush=True)
-    print("\n| workers | steps | wall time (s) | steps/s (rank 0) | eval mean return | ranks identical |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n| seed | workers | steps | wall time (s) | steps/s (rank 0) | eval mean return | ranks identical |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['workers']} | {r['steps']} | {r['wall_s']} | {r['steps_per_s']} | {r['eval_mean_return']:.1f} | "
+        print(f"| {r['seed']} | {r['workers']} | {r['steps']} | {r['wall_s']} | {r['steps_per_s']} | {r['eval_mean_return']:.1f} | "
               f"{r['ranks_identical']} |")
 
 

@@ -26,8 +26,11 @@ def cmd_train(args) -> int:
     if args.device is not None:
         overrides.append(f"device={args.device}")
     cfg = resolve(args.config, args.seed, args.total_timesteps, overrides)
-    if args.workers > 1 and cfg.algorithm != "ppo":
-        raise ConfigError(f"--workers applies to PPO only for now (config has algorithm {cfg.algorithm!r})")
+    if args.workers > 1:
+        from . import registry
+        if not registry.get(cfg.algorithm).data_parallel:
+            raise ConfigError(f"--workers {args.workers}: algorithm {cfg.algorithm!r} does not train data-parallel "
+                              f"(ppo, sac and td3 do)")
     run_dir = args.run_dir or default_run_dir(cfg)
     created = False
     if not worker:
