@@ -1,0 +1,153 @@
+"""PPO's compiled update: one minibatch step (loss, gradients, the ranks' mean, clipping, Adam)
+and the whole update phase (every epoch and minibatch) in one graph call, with the host-side
+minibatch indices and target_kl threshold they take."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from .cells import RankMean
+
+
+class PPOTrainStep(nn.Cell):
+    """One minibatch: loss, gradients, (data parallel: the ranks' mean gradient), global-norm
+    clipping and the Adam step -> the stats of STAT_NAMES, shape (7,).
+
+    The clipping is torch's ``clip_grad_norm_`` (what Stable-Baselines3 calls): every gradient
+    times ``min(max_norm / (norm + 1e-6), 1)``, with the global norm taken over all gradients
+    concatenated into one vector (4 kernels instead of 2 per parameter) and reported as
+    grad_norm. target_kl as Stable-Baselines3: the
+    approx KL is computed by the forward pass, before the step; above ``kl_threshold`` the step
+    is not applied (data parallel: the ranks' mean KL decides, the same on every rank)."""
+
+    def __init__(self, loss: nn.Cell, optimizer: nn.Optimizer, max_grad_norm: float, world: int = 1,
+                 early_stop: bool = True):
+        super().__init__()
+        self.optimizer = optimizer
+        # without target_kl (threshold +inf) every step is applied: no `if` in the graph (fewer kernels)
+        self.early_stop = early_stop
+        self.grad_fn = ops.value_and_grad(loss, None, optimizer.parameters, has_aux=True)
+        self.clip_norm = Tensor([float(max_grad_norm)], ms.float32)  # shape (1,), as clip_by_global_norm
+        # Data parallel (msrun): average gradients over ranks before clipping, in the same graph.
+        self.distributed = world > 1
+        self.rank_mean = RankMean(optimizer.parameters, world)
+        if self.distributed:
+            self.all_reduce = ops.AllReduce()
+            self.world = float(world)
+
+    def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf,
+                  kl_threshold):
+        (loss, pg, vl, ent, kl, cf), grads = self.grad_fn(obs, actions, old_log_prob, advantages, returns,
+                                                          old_values, clip_range, clip_range_vf)
+        grads = self.rank_mean(grads)
+        if self.distributed:
+            kl = self.all_reduce(kl) / self.world
+        flat = ops.concat([g.reshape(-1) for g in grads])  # the global norm in 4 kernels, not 2 per tensor
+        norm = ops.sqrt(ops.square(flat).sum()).reshape((1,))
+        if self.early_stop:
+            if kl <= kl_threshold:
+                self.apply(grads, norm)
+        else:
+            self.apply(grads, norm)
+        return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
+
+    def apply(self, grads, norm):
+        coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)  # torch's clip_grad_norm_
+        self.optimizer(tuple(g * coef for g in grads))
+
+
+class PPOUpdatePhase(nn.Cell):
+    """Every epoch and minibatch of one update phase in one graph call.
+
+    Inputs: the rollout arrays, the minibatch indices of the whole phase (drawn on the host from
+    the run's Generator exactly as the per-minibatch loop draws them: one permutation per epoch,
+    consecutive slices of batch_size) as ``full`` (n_epochs * full minibatches per epoch,
+    batch_size) and, when the rollout is not a multiple of batch_size, ``tail`` (n_epochs, rest)
+    for each epoch's shorter last minibatch; the learning rate, clip ranges and the target_kl
+    threshold. A native ``while`` over a Tensor counter compiles to a real loop whose body is
+    PPOTrainStep (a Python range would unroll); a Tensor ``if`` chooses the full-size or the
+    tail-size step, each with its own static shapes, so every minibatch runs exactly the graph
+    the per-minibatch loop runs (parameters bit-identical, tested). With target_kl, the
+    minibatch whose approx KL exceeds the threshold is not applied and ends the phase.
+    Returns (stats (minibatches, 7), minibatches evaluated); rows past the stop are zero.
+    """
+
+    def __init__(self, step: PPOTrainStep, n_epochs: int, rollout: int, batch_size: int):
+        super().__init__()
+        self.step = step
+        self.optimizer = step.optimizer
+        self.per_epoch = rollout // batch_size  # full-size minibatches per epoch
+        self.ragged = rollout % batch_size != 0  # every epoch ends with a shorter minibatch
+        self.per_epoch_all = self.per_epoch + (1 if self.ragged else 0)
+        self.total = n_epochs * self.per_epoch_all
+        self.early_stop = step.early_stop
+
+    def minibatch(self, b, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf,
+                  kl_threshold):
+        return self.step(ops.gather(obs, b, 0), ops.gather(actions, b, 0), ops.gather(old_log_prob, b, 0),
+                         ops.gather(advantages, b, 0), ops.gather(returns, b, 0), ops.gather(old_values, b, 0),
+                         clip_range, clip_range_vf, kl_threshold)
+
+    def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, full, tail,
+                  learning_rate, clip_range, clip_range_vf, kl_threshold):
+        # In the graph: a graph with a loop does not see a host-side set_data on this Parameter.
+        ops.assign(self.optimizer.learning_rate, learning_rate)
+        stats = ops.zeros((self.total, 7), ms.float32)
+        k = ops.zeros((), ms.int32)  # minibatch counter
+        e = ops.zeros((), ms.int32)  # epoch
+        p = ops.zeros((), ms.int32)  # position in the epoch
+        n_run = ops.zeros((), ms.int32)
+        while k < self.total:
+            if self.ragged:  # a constant: only one of the two bodies is compiled
+                if p < self.per_epoch:
+                    s = self.minibatch(full[e * self.per_epoch + p], obs, actions, old_log_prob, advantages, returns,
+                                       old_values, clip_range, clip_range_vf, kl_threshold)
+                else:
+                    s = self.minibatch(tail[e], obs, actions, old_log_prob, advantages, returns, old_values,
+                                       clip_range, clip_range_vf, kl_threshold)
+                last = p == self.per_epoch
+                e = ops.select(last, e + 1, e)
+                p = ops.select(last, p * 0, p + 1)
+            else:
+                s = self.minibatch(full[k], obs, actions, old_log_prob, advantages, returns, old_values,
+                                   clip_range, clip_range_vf, kl_threshold)
+            stats = ops.tensor_scatter_update(stats, k.reshape((1, 1)), s.reshape((1, 7)))
+            n_run = k + 1
+            if self.early_stop:
+                k = ops.select(s[4] > kl_threshold, k * 0 + self.total, k + 1)
+            else:
+                k = k + 1
+        return stats, n_run
+
+
+def kl_threshold(target_kl: Optional[float]) -> float:
+    """The float32 t with ``kl > t`` exactly when ``float(kl) > 1.5 * target_kl`` in float64 (SB3's
+    test) for every float32 kl: 1.5 * target_kl rounded toward -inf. +inf without target_kl."""
+    if target_kl is None:
+        return math.inf
+    thr = 1.5 * float(target_kl)
+    t = np.float32(thr)
+    if float(t) > thr:
+        t = np.nextafter(t, np.float32(-np.inf))
+    return float(t)
+
+
+def minibatch_indices(rng: np.random.Generator, n: int, batch_size: int, n_epochs: int):
+    """The minibatch indices of one phase, drawn as the per-minibatch loop draws them (one
+    permutation per epoch, consecutive slices of batch_size): (full, tail) as PPOUpdatePhase
+    takes them; when batch_size divides n, tail is an unused (n_epochs, 1) placeholder."""
+    f = n // batch_size
+    perms = [rng.permutation(n) for _ in range(n_epochs)]
+    full = np.concatenate([p[:f * batch_size].reshape(f, batch_size) for p in perms]).astype(np.int32)
+    if n % batch_size:
+        tail = np.stack([p[f * batch_size:] for p in perms]).astype(np.int32)
+    else:
+        tail = np.zeros((n_epochs, 1), np.int32)
+    return full, tail
+
+
+STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
