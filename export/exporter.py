@@ -16,7 +16,7 @@ import numpy as np
 from msrl_consistent import manifest as mf
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError, to_dict
-from msrl_consistent.deploy import FrameStack, file_sha256
+from msrl_consistent.deploy import SCHEMA_VERSION, FrameStack, file_sha256
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
 
@@ -155,7 +155,7 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         out_shape = [None if batch == "dynamic" else golden_batch] + list(spec.action_shape)
         versions = mf.versions()
         manifest = mf.Manifest(
-            schema_version=mf.SCHEMA_VERSION,
+            schema_version=SCHEMA_VERSION,
             created=mf.now_iso(),
             msrl_version=versions["msrl_consistent"],
             versions=versions,

@@ -22,12 +22,13 @@ import json
 import os
 import platform
 import time
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .config import ConfigError
 from .deploy import MANIFEST as FILE_NAME
-from .deploy import SCHEMA_VERSION, Export, ExportError, open_export, read_manifest_json
+from .deploy import Export, ExportError, open_export, read_manifest_json
 
 
 class IntegrityError(ExportError):
@@ -108,15 +109,10 @@ class Manifest:
         return d
 
     @classmethod
-    def from_json(cls, d: Any, where: str) -> "Manifest":
-        """Build from parsed JSON; a missing field or a field of the wrong type raises
-        IntegrityError naming ``where`` and the field."""
-        if not isinstance(d, dict):
-            raise IntegrityError(f"{where}: expected a JSON object")
-        if d.get("schema_version") != SCHEMA_VERSION:
-            raise IntegrityError(f"{where}: unknown schema_version {d.get('schema_version')!r} "
-                                 f"(this msrl-consistent reads version {SCHEMA_VERSION})")
-        return _build(cls, d, where, "")
+    def from_json(cls, d: Dict[str, Any]) -> "Manifest":
+        """The typed view of a manifest the deploy package validated (:func:`read_export`): its
+        fields, types and consistency are checked there, once."""
+        return _build(cls, d)
 
     @property
     def spec(self):
@@ -131,55 +127,14 @@ class Manifest:
             raise IntegrityError(str(exc)) from None
 
 
-_JSON_TYPES = {int: (int,), str: (str,), float: (int, float), bool: (bool,)}
-
-
-def _check(value: Any, tp: Any, where: str, key: str) -> Any:
-    import typing
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is Union:
-        for a in args:
-            if a is type(None) and value is None:
-                return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _check(value, a, where, key)
-            except IntegrityError as exc:
-                errors.append(exc)
-        raise errors[0]
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, where, key + ".")
-    if origin in (dict, Dict):
-        if not isinstance(value, dict):
-            raise IntegrityError(f"{where}: field '{key}' is {type(value).__name__}, expected an object")
-        if args and args[1] is str and not all(isinstance(v, str) for v in value.values()):
-            raise IntegrityError(f"{where}: field '{key}' must map names to strings")
-        return value
-    if origin in (list, List):
-        if not isinstance(value, list) or (args and not all(isinstance(v, args[0]) for v in value)):
-            raise IntegrityError(f"{where}: field '{key}' is {value!r}, expected a list of {args[0].__name__}")
-        return value
-    ok = _JSON_TYPES.get(tp)
-    if ok is not None and (isinstance(value, bool) and tp is not bool or not isinstance(value, ok)):
-        raise IntegrityError(f"{where}: field '{key}' is {value!r}, expected {tp.__name__}")
-    return value
-
-
-def _build(cls, d: Any, where: str, prefix: str):
-    import typing
-    if not isinstance(d, dict):
-        raise IntegrityError(f"{where}: field '{prefix.rstrip('.')}' is {type(d).__name__}, expected an object")
+def _build(cls, d: Dict[str, Any]):
+    """``cls`` (a dataclass) from its JSON object, nested dataclass fields built the same way."""
     hints = typing.get_type_hints(cls)
-    fields = dataclasses.fields(cls)
-    missing = [f.name for f in fields if f.name not in d and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise IntegrityError(f"{where}: missing fields {', '.join(prefix + m for m in missing)}")
-    kwargs = {f.name: _check(d[f.name], hints[f.name], where, prefix + f.name) for f in fields if f.name in d}
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in d:
+            tp = hints[f.name]
+            kwargs[f.name] = _build(tp, d[f.name]) if dataclasses.is_dataclass(tp) else d[f.name]
     return cls(**kwargs)
 
 
@@ -200,8 +155,8 @@ def read_export(export_dir: str, hashes: bool = True, golden: bool = True) -> Tu
         raise ConfigError(f"{export_dir} is not an export directory (no {FILE_NAME})")
     try:
         d = read_manifest_json(export_dir)
-        manifest = Manifest.from_json(d, manifest_path(export_dir))
-        export = open_export(export_dir, hashes=hashes, golden=golden, manifest=d)
+        export = open_export(export_dir, hashes=hashes, golden=golden, manifest=d)  # the one validation
+        manifest = Manifest.from_json(d)
     except IntegrityError:
         raise
     except ExportError as exc:

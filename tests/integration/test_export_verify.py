@@ -171,7 +171,7 @@ def test_manifest_schema_checked(cartpole_export, tmp_path):
     del m["files"]
     m["schema_version"] = 1
     (d / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(IntegrityError, match="missing fields files"):
+    with pytest.raises(IntegrityError, match="missing field 'files'"):
         read_manifest(str(d))
 
 

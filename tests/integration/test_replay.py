@@ -91,6 +91,13 @@ def test_precision_sweep_in_export(pend_exports):
     assert "force_fp16" in text and "not emulated" in text
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.mark.slow
 def test_trace_flushed_on_sigterm(cartpole_run, tmp_path):
     exp = str(tmp_path / "e")
@@ -100,7 +107,11 @@ def test_trace_flushed_on_sigterm(cartpole_run, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "msrl_consistent", "eval", exp, "--episodes", "100000",
                              "--record", str(trace)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(12)
+        # SIGTERM once the process is recording (its handler installed): measured by the CPU time it
+        # has used, not by wall time, which a loaded machine stretches
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None and _cpu_seconds(proc.pid) < 12:
+            time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
