@@ -145,7 +145,7 @@ class SACTrainStep(nn.Cell):
         # data parallel: each gradient is the ranks' mean (every rank samples its own batch)
         self.critic_mean = RankMean(critic_opt.parameters, world)
         self.actor_mean = RankMean(actor_opt.parameters, world)
-        self.alpha_mean = RankMean(alpha_opt.parameters if alpha_opt is not None else [agent.log_alpha], world)
+        self.alpha_mean = RankMean(alpha_opt.parameters, world) if alpha_opt is not None else None
         self.agent = agent
         self.layout = layout
         self.sampler = SquashedGaussian(agent)

@@ -122,7 +122,6 @@ class ExportedPolicy(Recordable, deploy.ExportPolicy):
             backend = deploy.canonical_backend(backend)
         except deploy.ExportError:
             raise ConfigError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)} (or lite)") from None
-        deploy.require_model_file(export, backend)
         try:
             runner = deploy.make_runner(export, backend, target=target, device_id=device_id,
                                         precision_mode=precision_mode, configure=lambda: configure_mindspore("CPU"))
@@ -162,20 +161,19 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
     if not os.path.isdir(path):
         raise ConfigError(f"no such run or export directory: {path}")
     policy: deploy.Policy
-    if not is_export_dir(path):
-        if (backend or "train") != "train":
+    exported = is_export_dir(path)
+    backend = backend or ("mindspore" if exported else "train")
+    if guard and backend == "train":
+        raise ConfigError("guard applies to export directories (a deployed artifact), not to the training cell")
+    if not exported:
+        if backend != "train":
             raise ConfigError(f"{path} is a run directory: only backend 'train' applies (got {backend!r}); "
                               f"export it first with `msrl export {path} --out DIR`")
-        if guard:
-            raise ConfigError("guard applies to export directories (a deployed artifact), not to the training cell")
         policy = TrainCellPolicy(path, checkpoint)
         source = policy.checkpoint
     else:
         export, manifest = read_export(path)
-        backend = backend or "mindspore"
         if backend == "train":
-            if guard:
-                raise ConfigError("guard applies to export directories (a deployed artifact), not to the training cell")
             src = manifest.source
             if not os.path.isdir(src.run_dir):
                 raise ConfigError(f"{path}: the source run {src.run_dir} is not present")

@@ -10,6 +10,7 @@ import numpy as np
 
 from .errors import BackendUnavailable, ExportError, _one_line
 from .names import INSTALL, LITE_ASCEND_PRECISION_MODES, LITE_CPU_PRECISION_MODES, MODEL_FILE, canonical_backend
+from .reader import require_model_file
 
 if TYPE_CHECKING:
     from .reader import Export
@@ -38,8 +39,10 @@ def _import(module: str, backend: str):
 def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id: int = 0,
                 precision_mode: Optional[str] = None, threads: int = 1, configure=None, probe: bool = True) -> Runner:
     """Load the backend's model file of a validated export. Load failures and a model that does
-    not run on the manifest's input shape raise ExportError naming the file."""
+    not run on the manifest's input shape raise ExportError naming the file, as does a model file
+    the export does not hold."""
     backend = canonical_backend(backend)
+    require_model_file(export, backend)
     name = MODEL_FILE[backend]
     path = export.path(name)
     fixed = export.fixed_batch(backend)

@@ -11,7 +11,7 @@ from .frames import FrameStack, MaxAndSkip
 from .guard import Guard
 from .inputs import Inputs
 from .names import INSTALL, MODEL_FILE, canonical_backend
-from .reader import Export, open_export, require_model_file
+from .reader import Export, open_export
 from .spaces import SpaceSpec
 
 
@@ -169,7 +169,6 @@ def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = F
                                      f"({INSTALL['onnxruntime']}), {INSTALL['mindspore_lite']}, {INSTALL['om']}")
         backend = found[0]
     backend = canonical_backend(backend)
-    require_model_file(export, backend)
     policy = ExportPolicy(export, make_runner(export, backend, target=target, device_id=device_id,
                                               precision_mode=precision_mode))
     if guard:
@@ -190,8 +189,7 @@ def guard_for(export: Export, primary: str, fallback: Optional[str], make_fallba
         fallback = canonical_backend(fallback)
         if fallback == primary:
             raise ExportError(f"the fallback backend must differ from the primary ({fallback})")
-        require_model_file(export, fallback)
-        fb = make_fallback(fallback)
+        fb = make_fallback(fallback)  # its runner checks the export holds its model file
     return Guard(fb, latency_budget_ms, switch_after)
 
 
