@@ -114,11 +114,6 @@ class Manifest:
         fields, types and consistency are checked there, once."""
         return _build(cls, d)
 
-    @property
-    def spec(self):
-        from .deploy.spaces import SpaceSpec
-        return SpaceSpec.from_json(self.spaces)
-
     def env_config(self):
         from .config import EnvConfig, build_dataclass
         try:
