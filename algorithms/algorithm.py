@@ -20,7 +20,7 @@ import msrl_consistent
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent import runlock
 from msrl_consistent.checkpoint import load_agent_parameters
-from msrl_consistent.config import Config, load_config, to_dict
+from msrl_consistent.config import Config, ConfigError, load_config, to_dict
 from msrl_consistent.determinism import configure_mindspore, params_sha256, seed_everything
 from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.envs import env_spec
@@ -55,6 +55,7 @@ class Algorithm:
         configure_mindspore(cfg.device)
         self.cfg = cfg
         self.dist = current_dist()
+        self.check_workers(cfg, self.dist.world)
         self.rng = seed_everything(cfg.seed)
         self.stop_requested: Optional[int] = None
         self.signals: Optional[StopOnSignals] = None
@@ -70,6 +71,13 @@ class Algorithm:
         self.n_updates = 0
         self.optimizers: Dict[str, nn.Optimizer] = {}
         self.build()
+
+    @classmethod
+    def check_workers(cls, cfg: Config, workers: int) -> None:
+        """Refuse a data-parallel run of ``workers`` ranks this algorithm or config cannot train."""
+        if workers > 1 and not cls.data_parallel:
+            raise ConfigError(f"--workers {workers}: algorithm {cls.name!r} does not train data-parallel "
+                              f"(ppo, sac and td3 do)")
 
     # -- to implement ------------------------------------------------------------------
     def build(self) -> None:  # pragma: no cover - abstract
@@ -109,19 +117,54 @@ class Algorithm:
         if self.obs_rms is not None:
             for k, v in self.obs_rms.state().items():
                 tensors[f"host/obs_rms/{k}"] = v
-        rng_state = ms.get_rng_state()
-        tensors["rng/mindspore"] = np.asarray(rng_state.asnumpy() if hasattr(rng_state, "asnumpy") else rng_state)
-        tensors.update(self.extra_state())
+        tensors.update(self._rank_tensors())
         meta = {
             "algorithm": self.name,
-            "counters": {"num_timesteps": self.num_timesteps, "iterations": self.iterations, "n_updates": self.n_updates},
+            "counters": self._counters(),
             "numpy_rng": self.rng.bit_generator.state,
+            "world": self.dist.world,
             "config": to_dict(self.cfg),
             "msrl_version": msrl_consistent.__version__,
             "mindspore_version": ms.__version__,
             "params_sha256": self.params_hash(),
         }
         return tensors, meta
+
+    def _counters(self) -> Dict[str, int]:
+        return {"num_timesteps": self.num_timesteps, "iterations": self.iterations, "n_updates": self.n_updates}
+
+    def _rank_tensors(self) -> Dict[str, np.ndarray]:
+        """What differs between data-parallel ranks: the MindSpore RNG state and extra_state."""
+        rng_state = ms.get_rng_state()
+        out = {"rng/mindspore": np.asarray(rng_state.asnumpy() if hasattr(rng_state, "asnumpy") else rng_state)}
+        out.update(self.extra_state())
+        return out
+
+    def save_rank_state(self, path: str) -> None:
+        """Data parallel, ranks > 0: this rank's own state (its RNG streams and extra_state, e.g.
+        its replay buffer), the part of a checkpoint that rank 0's file does not hold."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        ckpt.save_checkpoint(path, self._rank_tensors(), {
+            "rank": self.dist.rank, "world": self.dist.world, "counters": self._counters(),
+            "numpy_rng": self.rng.bit_generator.state})
+
+    def load_rank_state(self, checkpoint: str, meta: Dict[str, object]) -> None:
+        """Data parallel, ranks > 0, after ``load_state`` of rank 0's ``checkpoint``: this rank's
+        own RNG streams and extra_state from its file when the checkpoint was written by as many
+        ranks; otherwise (another worker count) a fresh stream from (seed, rank, steps done) and
+        no replay buffer: the resume works but is not exact."""
+        if not self.dist.enabled or self.dist.rank == 0:
+            return
+        path = ckpt.rank_path(checkpoint, self.dist.rank)
+        if int(meta.get("world", 1)) != self.dist.world:
+            self.rng = np.random.default_rng([self.cfg.seed, self.dist.rank, self.num_timesteps])
+            return
+        tensors, rmeta = ckpt.load_checkpoint(path)
+        if rmeta.get("counters") != self._counters():
+            raise ckpt.CheckpointError(f"{path} belongs to step {rmeta.get('counters')}, not to {checkpoint}")
+        self.rng.bit_generator.state = rmeta["numpy_rng"]
+        ms.set_rng_state(Tensor(tensors["rng/mindspore"]))
+        self.load_extra_state(tensors)
 
     def extra_state(self) -> Dict[str, np.ndarray]:
         """Algorithm-specific tensors to checkpoint (e.g. a replay buffer)."""
@@ -177,14 +220,15 @@ class Algorithm:
         interruption in metrics.jsonl and raise TrainingInterrupted (exit 130 / 143)."""
         os.makedirs(run_dir, exist_ok=True)
         with runlock.hold(run_dir):  # one training process per run directory
-            run = RunContext(self, run_dir, progress)
-            try:
-                with StopOnSignals(self.request_stop) as self.signals:
+            # the handlers first: a data-parallel launcher signals a worker once its pid is in ranks/
+            with StopOnSignals(self.request_stop) as self.signals:
+                run = RunContext(self, run_dir, progress)
+                try:
                     self.learn_loop(run)
                     return run.finish()
-            finally:
-                self.signals = None
-                run.close()
+                finally:
+                    self.signals = None
+                    run.close()
 
     @classmethod
     def resume(cls, run_dir: str) -> "Algorithm":
@@ -196,7 +240,10 @@ class Algorithm:
             raise ckpt.CheckpointError(f"{run_dir} has no intact checkpoint to resume from")
         algo = cls(cfg)
         tensors, meta = ckpt.load_checkpoint(path)
+        if algo.dist.rank > 0:  # rank 0's own RNG streams and buffer stay in its file
+            tensors = {k: v for k, v in tensors.items() if k.startswith(("agent/", "optim/", "host/"))}
         algo.load_state(tensors, meta, source=path, training=True)
+        algo.load_rank_state(path, meta)
         algo.sync_normalizer()
         algo.resumed_from = path
         return algo

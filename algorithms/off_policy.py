@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Dict, List, Optional, Tuple
+from typing import ClassVar, Dict, List, Literal, Optional, Tuple
 
 import numpy as np
 from mindspore import Tensor, nn
@@ -38,6 +38,10 @@ class OffPolicyConfig:
     """Environment steps of uniform random actions (and no updates) before learning starts."""
     batch_size: int = 256
     """Minibatch size of each gradient step."""
+    rank_batch: Literal["split", "full"] = "split"
+    """Data parallel (``--workers N``): ``split`` samples ``batch_size / N`` per rank, so a gradient
+    step averages one batch of ``batch_size`` as in one process; ``full`` samples ``batch_size`` per
+    rank (the effective batch is N x batch_size)."""
     tau: float = 0.005
     """Polyak coefficient: target <- (1 - tau) * target + tau * online, at every target update."""
     gamma: float = 0.99
@@ -112,8 +116,10 @@ class OffPolicyAlgorithm(Algorithm):
     replay buffer and samples its own batch from its own Generator stream; each gradient is the
     ranks' mean inside the update graph (cells.RankMean), so the parameters, the targets, SAC's
     temperature and TD3's policy delay stay identical on every rank; a gradient step averages N
-    batches of ``batch_size`` (the effective batch is N x batch_size). ``num_timesteps`` and
-    ``learning_starts`` count the steps of all ranks.
+    rank batches (``algo.rank_batch``: ``batch_size / N`` each by default, so the effective batch
+    is ``batch_size`` as in one process). ``num_timesteps``, ``learning_starts`` and the gradient
+    steps count the steps of all ranks: a round runs ``gradient_steps x N`` updates, so N workers
+    keep one process's gradient steps per environment step.
 
     Checkpoints include the replay buffer only with ``algo.save_replay_buffer`` (exact
     resume); by default it is left out: 1M HalfCheetah transitions are ~100-190 MB per
@@ -135,6 +141,17 @@ class OffPolicyAlgorithm(Algorithm):
             raise ConfigError(f"key 'env.normalize_reward' applies to ppo; {cfg.algorithm} learns from the raw "
                               f"rewards (set it to false)")
         super().__init__(cfg)
+        c = cfg.algo
+        self.rank_batch_size = c.batch_size // self.dist.world if c.rank_batch == "split" else c.batch_size
+        """Transitions this rank samples per gradient step."""
+
+    @classmethod
+    def check_workers(cls, cfg, workers: int) -> None:
+        super().check_workers(cfg, workers)
+        c = cfg.algo
+        if workers > 1 and c.rank_batch == "split" and c.batch_size % workers:
+            raise ConfigError(f"key 'algo.batch_size' has value {c.batch_size}, expected a multiple of the {workers} "
+                              f"workers with algo.rank_batch 'split' (or set algo.rank_batch: full)")
 
     def batch_layout(self) -> BatchLayout:
         """The packed batch of this algorithm (its update cells unpack it with the same object's construct)."""
@@ -161,7 +178,7 @@ class OffPolicyAlgorithm(Algorithm):
     def packed_batch(self) -> np.ndarray:
         """One float32 training batch (BatchLayout): a replay sample, then ``noise_columns``
         standard-normal columns, both from the Generator."""
-        bs = self.cfg.algo.batch_size
+        bs = self.rank_batch_size
         b = self.sample_batch(bs)
         noise = self.rng.standard_normal((bs, self.noise_columns), dtype=np.float32)
         return self.layout.pack(b, noise)
@@ -281,7 +298,8 @@ class OffPolicyAlgorithm(Algorithm):
                     if self.num_timesteps >= cfg.total_timesteps:
                         break
                 if self.num_timesteps > warmup_end and buf.size >= 1:  # SB3: train once past learning_starts
-                    steps = c.gradient_steps if c.gradient_steps > 0 else collected
+                    # every rank takes part in every gradient step: N ranks keep one process's ratio
+                    steps = (c.gradient_steps if c.gradient_steps > 0 else collected) * self.dist.world
                     t0 = clock()
                     fused_obs = obs if fuse and self.num_timesteps < cfg.total_timesteps else None
                     stats, next_action = self.train(steps, act_obs=fused_obs)

@@ -96,22 +96,39 @@ class RunContext:
         if self.next_ckpt is not None and step >= self.next_ckpt and step < self.cfg.total_timesteps:
             self.save_periodic(step)
             self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
-        if algo.stop_requested is not None:
-            self.interrupt(algo.stop_requested)
+        stop = algo.stop_requested
+        if algo.dist.enabled:  # every rank stops at the same step, whichever rank got the signal
+            stop = algo.dist.max_int(stop or 0) or None
+        if stop is not None:
+            self.interrupt(stop)
         if algo.signals is not None:
             algo.signals.reinstall()  # MindSpore replaced the SIGINT handler during the graph calls
 
     def save_periodic(self, step: int) -> str:
+        """Checkpoint at ``step``. Data parallel: every other rank first writes its own state
+        (RNG streams, replay buffer) beside it (checkpoint.rank_path), then rank 0 the checkpoint,
+        so a checkpoint that exists has its ranks' files; every rank returns once all are written."""
         path = os.path.join(self.ckpt_dir, f"step-{step:09d}.safetensors")
+        dist = self.algo.dist
+        if dist.enabled and not self.main:
+            self.algo.save_rank_state(ckpt.rank_path(path, dist.rank))
+        if dist.enabled:
+            dist.barrier()
         if self.main:
             self.algo.save(path)
             ckpt.prune(self.ckpt_dir, self.cfg.checkpoint.keep)
+        if dist.enabled:
+            dist.barrier()
         return path
 
     def interrupt(self, signum: int) -> None:
         step = self.algo.num_timesteps
         path = self.save_periodic(step)
         self.logger.event(step, event="interrupted", signal=int(signum), checkpoint=path)
+        if self.algo.dist.enabled:
+            self.write_rank_status({"rank": self.algo.dist.rank, "world": self.algo.dist.world, "pid": os.getpid(),
+                                    "status": "interrupted", "signal": int(signum), "checkpoint": path,
+                                    "params_sha256": self.algo.params_hash()})
         raise TrainingInterrupted(signum, path)
 
     def check_finite(self, step: int, stats: Dict[str, float]) -> None:

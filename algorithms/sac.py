@@ -143,9 +143,10 @@ class SACTrainStep(nn.Cell):
                  target_entropy: float, world: int = 1):
         super().__init__()
         # data parallel: each gradient is the ranks' mean (every rank samples its own batch)
+        # (the actor's and the temperature's gradients travel together: one collective, not two)
         self.critic_mean = RankMean(critic_opt.parameters, world)
-        self.actor_mean = RankMean(actor_opt.parameters, world)
-        self.alpha_mean = RankMean(alpha_opt.parameters, world) if alpha_opt is not None else None
+        self.actor_mean = RankMean(tuple(actor_opt.parameters) + (tuple(alpha_opt.parameters) if alpha_opt else ()),
+                                   world)
         self.agent = agent
         self.layout = layout
         self.sampler = SquashedGaussian(agent)
@@ -175,12 +176,15 @@ class SACTrainStep(nn.Cell):
         critic_done = self.critic_opt(self.critic_mean(grads))
         # Actor: after the critic update (SB3 recomputes Q with the updated critics).
         (actor_loss, log_prob), grads = self.actor_grad(ops.depend(x, critic_done), eps, alpha)
-        self.actor_opt(self.actor_mean(grads))
         # Temperature: loss -(log_alpha * (log pi + target_entropy)).mean(); its gradient is -mean(...).
         err = (log_prob + self.target_entropy).mean()
         alpha_loss = -(self.agent.log_alpha.sum() * err)
         if self.auto_alpha:
-            self.alpha_opt(self.alpha_mean((ops.reshape(-err, (1,)),)))
+            grads = self.actor_mean(grads + (ops.reshape(-err, (1,)),))
+            self.actor_opt(grads[:-1])
+            self.alpha_opt(grads[-1:])
+        else:
+            self.actor_opt(self.actor_mean(grads))
         polyak(self.targets, self.onlines, self.tau, critic_done)
         return ops.stack([critic_loss, actor_loss, alpha_loss, alpha.sum(), -log_prob.mean(), q_mean])
 

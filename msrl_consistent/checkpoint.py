@@ -146,14 +146,24 @@ def latest_checkpoint(run_dir: str) -> str:
     return cks[-1]
 
 
+def rank_path(path: str, rank: int) -> str:
+    """Where data-parallel rank ``rank`` (> 0) keeps its own state for checkpoint ``path``:
+    ``checkpoints/ranks/step-N.rank<R>.safetensors``."""
+    name = os.path.basename(path)[:-len(".safetensors")]
+    return os.path.join(os.path.dirname(path), "ranks", f"{name}.rank{rank}.safetensors")
+
+
 def prune(ckpt_dir: str, keep: int) -> None:
-    """Delete all but the newest ``keep`` periodic checkpoints (final is never deleted)."""
+    """Delete all but the newest ``keep`` periodic checkpoints and their ranks' files (final is
+    never deleted)."""
     periodic = [p for p in list_checkpoints(ckpt_dir) if _STEP_RE.search(p)]
     for p in periodic[:-keep] if keep > 0 else []:
-        try:
-            os.unlink(p)
-        except OSError:  # pragma: no cover
-            pass
+        name = os.path.basename(p)[:-len(".safetensors")]
+        for q in [p] + glob.glob(os.path.join(ckpt_dir, "ranks", f"{name}.rank*.safetensors")):
+            try:
+                os.unlink(q)
+            except OSError:  # pragma: no cover
+                pass
 
 
 def load_agent_parameters(agent, tensors: dict, source: str) -> None:

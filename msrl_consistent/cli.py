@@ -204,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", nargs="?", help="YAML config file, or the name of a shipped config such as "
                                               "ppo/CartPole-v1 (list them with `msrl configs`)")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest intact checkpoint")
-    t.add_argument("--workers", type=int, default=1, help="data-parallel workers launched through msrun (PPO)")
+    t.add_argument("--workers", type=int, default=1,
+                   help="data-parallel workers launched through msrun (PPO, SAC, TD3); with --resume, the count "
+                        "the run was checkpointed with resumes it exactly")
     t.add_argument("--master-port", type=int, default=8118, help="msrun master port (with --workers)")
     t.add_argument("--seed", type=int, help="override the config's seed")
     t.add_argument("--total-timesteps", type=str, help="override total_timesteps (1e5 accepted)")

@@ -14,23 +14,20 @@ def cmd_train(args) -> int:
     from .distributed import WORKER_ENV
     from .training import default_run_dir, resolve
 
+    if args.workers < 1:
+        raise ConfigError(f"--workers {args.workers}: expected a positive number of workers")
     if args.resume:
         return _resume(args)
     if not args.config:
         raise ConfigError("msrl train needs a CONFIG file or shipped config name (see `msrl configs`), "
                          "or --resume RUN_DIR")
-    if args.workers < 1:
-        raise ConfigError(f"--workers {args.workers}: expected a positive number of workers")
     worker = bool(os.environ.get(WORKER_ENV))
     overrides = list(args.set or [])
     if args.device is not None:
         overrides.append(f"device={args.device}")
     cfg = resolve(args.config, args.seed, args.total_timesteps, overrides)
-    if args.workers > 1:
-        from . import registry
-        if not registry.get(cfg.algorithm).data_parallel:
-            raise ConfigError(f"--workers {args.workers}: algorithm {cfg.algorithm!r} does not train data-parallel "
-                              f"(ppo, sac and td3 do)")
+    from . import registry
+    registry.get(cfg.algorithm).check_workers(cfg, args.workers)
     run_dir = args.run_dir or default_run_dir(cfg)
     created = False
     if not worker:
@@ -46,26 +43,17 @@ def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool) -> int:
     from . import registry
     from .checkpoint import atomic_write_text
     from .config import dump_config
-    from .distributed import init_if_worker
 
     if not worker:
         if set(os.listdir(run_dir)) - {runlock.LOCK_FILE}:  # another process started it a moment ago
             raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
         atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
         if args.workers > 1:
-            from .distributed import launch
-            if not args.quiet:
-                print(f"msrl: training {cfg.algorithm} on {cfg.env.id} with {args.workers} msrun workers -> {run_dir}")
             entry_args = ["train", os.path.abspath(os.path.join(run_dir, "config.yaml")), "--run-dir",
                           os.path.abspath(run_dir), "--quiet", "--workers", str(args.workers)]
-            rc = launch(entry_args, args.workers, run_dir, args.master_port)
-            if rc == 0 and not args.quiet:
-                print(f"msrl: done; run dir {run_dir} (per-rank results in {run_dir}/ranks/)")
-            return rc
+            return _launch(args, run_dir, entry_args, f"training {cfg.algorithm} on {cfg.env.id}")
     if worker:
-        from .determinism import configure_mindspore
-        configure_mindspore(cfg.device)  # the device must be set before communication.init()
-        init_if_worker()
+        _init_worker(cfg)
     try:
         algo = registry.get(cfg.algorithm)(cfg)
     except BaseException:
@@ -92,8 +80,19 @@ def _resume(args) -> int:
 def _resume_locked(args, run_dir: str) -> int:
     from . import registry
     from .config import load_config
+    from .distributed import WORKER_ENV
 
     cfg = load_config(os.path.join(run_dir, "config.yaml"))
+    registry.get(cfg.algorithm).check_workers(cfg, args.workers)
+    if os.environ.get(WORKER_ENV):
+        _init_worker(cfg)
+    elif args.workers > 1:
+        if os.path.isfile(os.path.join(run_dir, "summary.json")):
+            if not args.quiet:
+                print(f"msrl: {run_dir} already finished; nothing to do")
+            return 0
+        entry_args = ["train", "--resume", os.path.abspath(run_dir), "--quiet", "--workers", str(args.workers)]
+        return _launch(args, run_dir, entry_args, f"resuming {run_dir}")
     algo = registry.get(cfg.algorithm).resume(run_dir)
     if algo.num_timesteps >= cfg.total_timesteps and os.path.isfile(os.path.join(run_dir, "summary.json")):
         if not args.quiet:
@@ -101,6 +100,25 @@ def _resume_locked(args, run_dir: str) -> int:
         return 0
     return _learn(algo, run_dir, args.quiet, f"resuming {run_dir} from {algo.resumed_from} "
                                              f"(step {algo.num_timesteps} of {cfg.total_timesteps})")
+
+
+def _launch(args, run_dir: str, entry_args, what: str) -> int:
+    """Run ``msrl <entry_args>`` on ``args.workers`` msrun workers (distributed.launch)."""
+    from .distributed import launch
+    if not args.quiet:
+        print(f"msrl: {what} with {args.workers} msrun workers -> {run_dir}")
+    rc = launch(entry_args, args.workers, run_dir, args.master_port)
+    if rc == 0 and not args.quiet:
+        print(f"msrl: done; run dir {run_dir} (per-rank results in {run_dir}/ranks/)")
+    return rc
+
+
+def _init_worker(cfg) -> None:
+    """In an msrun worker: the device first (it must be set before communication.init()), then the rank."""
+    from .determinism import configure_mindspore
+    from .distributed import init_if_worker
+    configure_mindspore(cfg.device)
+    init_if_worker()
 
 
 def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
@@ -113,7 +131,9 @@ def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
     except TrainingInterrupted as exc:
         print(f"msrl: interrupted (signal {exc.signum}); checkpoint written to {exc.checkpoint}; "
               f"continue with: msrl train --resume {run_dir}", file=sys.stderr)
-        return exc.exit_code
+        # a data-parallel worker exits 0 (msrun would SIGKILL the others on a non-zero exit);
+        # its launcher, which forwarded the signal, exits 128 + the signal
+        return 0 if algo.dist.enabled else exc.exit_code
     except NonFiniteError as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -54,6 +55,16 @@ class Dist:
         flat = np.asarray(arr, np.float32).reshape(1, -1)
         out = _gather_cell()(Tensor(flat)).asnumpy()
         return out.reshape((self.world,) + np.shape(arr))
+
+    def max_int(self, value: int) -> int:
+        """The largest of every rank's ``value`` (a collective: every rank calls it at the same point).
+        A stop signal seen by one rank becomes every rank's at the same step, so no rank is
+        left alone in a collective."""
+        return int(self.allgather(np.array([value], np.float32)).max())
+
+    def barrier(self) -> None:
+        """Return once every rank has reached this point (files written before it are complete)."""
+        self.allgather(np.zeros(1, np.float32))
 
 
 _GATHER = {}
@@ -219,23 +230,82 @@ def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None) -> List[dict]:
     return out
 
 
+class _Forwarder:
+    """The launcher's SIGINT/SIGTERM handler: the signal goes to every worker (msrun starts them
+    in their own sessions, and on SIGINT would SIGKILL them), as SIGTERM, once per worker pid as
+    the pids appear in ranks/<rank>.json; the workers agree on the step, checkpoint and exit."""
+
+    def __init__(self, ranks_dir: str):
+        self.ranks_dir = ranks_dir
+        self.signum: Optional[int] = None
+        self.sent: set = set()
+
+    def __call__(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.forward()
+
+    def forward(self) -> None:
+        if self.signum is None:
+            return
+        for pid in _rank_pids(self.ranks_dir):
+            if pid not in self.sent:
+                self.sent.add(pid)
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+
+
+def _statuses(ranks_dir: str) -> List[dict]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(ranks_dir, "*.json"))):
+        try:
+            with open(path) as fh:
+                out.append(json.load(fh))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def launch(entry_args: List[str], workers: int, run_dir: str, master_port: int) -> int:
     """Run msrun with ``workers`` local workers executing ``msrl <entry_args>``; non-zero exit
-    names the failed rank(s) and where their logs are."""
+    names the failed rank(s) and where their logs are. SIGINT/SIGTERM are forwarded to the
+    workers, which checkpoint at the same step: then the exit is 128 + the signal."""
     msrun = find_msrun()
     log_dir = os.path.join(run_dir, "msrun_logs")
+    ranks_dir = os.path.join(run_dir, "ranks")
     os.makedirs(log_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(ranks_dir, "*.json")):  # a resumed launch: the pids are new
+        os.unlink(old)
     entry = os.path.join(run_dir, ".msrun_entry.py")
     with open(entry, "w") as fh:
         fh.write(entry_script())
     cmd = msrun_command(entry, entry_args, workers, master_port, log_dir, msrun=msrun)
     msrun_log = os.path.join(log_dir, MSRUN_LOG)
-    with open(msrun_log, "w") as fh:
-        # the launcher holds the run directory's lock for its workers (runlock)
-        proc = subprocess.run(cmd, env=held_env(run_dir, worker_env()), stdout=fh, stderr=subprocess.STDOUT)
+    fwd = _Forwarder(ranks_dir)
+    saved = {sig: signal.signal(sig, fwd) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with open(msrun_log, "w") as fh:
+            # the launcher holds the run directory's lock for its workers (runlock); msrun in its own
+            # session, so a terminal's Ctrl+C reaches the launcher alone
+            proc = subprocess.Popen(cmd, env=held_env(run_dir, worker_env()), stdout=fh, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            while proc.poll() is None:
+                fwd.forward()  # workers that wrote their pid after the signal came
+                time.sleep(0.2)
+    finally:
+        for sig, h in saved.items():
+            signal.signal(sig, h)
+    if fwd.signum is not None:
+        done = [st for st in _statuses(ranks_dir) if st.get("status") == "interrupted"]
+        if len(done) == workers:
+            print(f"msrl: interrupted (signal {fwd.signum}); every rank checkpointed at {done[0]['checkpoint']}; "
+                  f"continue with: msrl train --resume {run_dir} --workers {workers}", file=sys.stderr)
+            return 128 + fwd.signum
     if proc.returncode == 0:
         return 0
-    bad = failed_ranks(log_dir, os.path.join(run_dir, "ranks"))
+    bad = failed_ranks(log_dir, ranks_dir)
     if bad:
         # the first entry is the cause; the others are usually its consequences (a collective
         # that lost its peer), reported as such

@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,10 @@ def launch(run_dir, steps, port=None, extra=(), wait=True, env=None, cwd=None, c
     if wait:
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=cwd)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+
+
+SMALL_OFFPOLICY = ("--set", "algo.learning_starts=100", "--set", "algo.batch_size=64", "--set",
+                   "policy.net_arch=[64, 64]", "--set", "log.tensorboard=false")
 
 
 def test_msrun_command():
@@ -69,8 +74,7 @@ def test_offpolicy_two_workers_identical_parameters(algo, tmp_path):
     # each rank fills its own buffer and samples its own batches; the ranks' mean gradient keeps
     # the critics, the actor, the targets and SAC's temperature identical
     run = tmp_path / "run"
-    small = ("--set", "algo.learning_starts=100", "--set", "algo.batch_size=64", "--set", "policy.net_arch=[64, 64]",
-             "--set", "log.tensorboard=false")
+    small = SMALL_OFFPOLICY
     proc = launch(run, 600, config=os.path.join(CONFIGS, algo, "Pendulum-v1.yaml"), extra=small)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.load(open(run / "ranks" / f"{r}.json")) for r in (0, 1)]
@@ -86,11 +90,75 @@ def test_offpolicy_two_workers_identical_parameters(algo, tmp_path):
     assert json.load(open(one / "summary.json"))["params_sha256"] != ranks[0]["params_sha256"]
 
 
+def wait_for(pattern, seconds=300):
+    deadline = time.time() + seconds
+    while time.time() < deadline and not glob.glob(pattern):
+        time.sleep(0.5)
+    assert glob.glob(pattern), f"nothing matches {pattern} after {seconds} s"
+
+
+def resume(run, workers="2"):
+    return subprocess.run([sys.executable, "-m", "msrl_consistent", "train", "--resume", str(run), "--workers", workers,
+                           "--master-port", str(free_port()), "--quiet"], capture_output=True, text=True,
+                          env=dict(os.environ, GLOG_v="3"), timeout=600)
+
+
 @pytest.mark.slow
-def test_dead_worker_named_and_checkpoint_intact(tmp_path):
+def test_sigterm_checkpoints_every_rank_and_resume_is_exact(tmp_path):
+    # SIGTERM to the launcher: it forwards the signal, the ranks agree on the step, each writes its
+    # own state (RNG streams, replay buffer) and rank 0 the checkpoint; two resumes of that
+    # checkpoint on two workers end with the same parameters, identical on both ranks.
+    run = tmp_path / "run"
+    proc = launch(run, 1500, config=os.path.join(CONFIGS, "sac", "Pendulum-v1.yaml"), wait=False,
+                  extra=SMALL_OFFPOLICY + ("--set", "checkpoint.freq=300", "--set", "algo.save_replay_buffer=true"))
+    try:
+        wait_for(str(run / "checkpoints" / "step-*.safetensors"))
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    assert f"continue with: msrl train --resume {run} --workers 2" in err, err
+    ranks = [json.load(open(run / "ranks" / f"{r}.json")) for r in (0, 1)]
+    assert [r["status"] for r in ranks] == ["interrupted"] * 2
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] and ranks[0]["checkpoint"] == ranks[1]["checkpoint"]
+    stopped = ranks[0]["checkpoint"]
+    rank1 = ckpt.load_checkpoint(ckpt.rank_path(stopped, 1))[0]
+    assert int(rank1["replay/pos_full"][0]) > 0  # rank 1's own buffer, beside rank 0's checkpoint
+    twin = tmp_path / "twin"
+    shutil.copytree(run, twin)
+    hashes = []
+    for d in (run, twin):
+        r = resume(d)
+        assert r.returncode == 0, r.stderr[-3000:]
+        ranks = [json.load(open(d / "ranks" / f"{k}.json")) for k in (0, 1)]
+        assert all(k["status"] == "finished" and k["num_timesteps"] == 1500 for k in ranks)
+        assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]
+        hashes.append(ranks[0]["params_sha256"])
+    assert hashes[0] == hashes[1]
+    events = [json.loads(line).get("event") for line in open(run / "metrics.jsonl")]
+    assert events.count("interrupted") == 1 and events.count("resumed") == 1 and events[-1] == "finished"
+
+
+def test_split_rank_batch_needs_a_multiple_of_the_workers(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "msrl_consistent", "train", "sac/Pendulum-v1", "--workers", "3",
+                        "--run-dir", str(tmp_path / "run"), "--set", "algo.batch_size=64"],
+                       capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"), timeout=300)
+    assert r.returncode == 2
+    assert "key 'algo.batch_size' has value 64, expected a multiple of the 3 workers" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_dead_worker_named_and_checkpoint_intact(algo, tmp_path):
     # checkpoint.keep is large so that no checkpoint is pruned while the test looks for one.
     run = tmp_path / "run"
-    proc = launch(run, 10 ** 6, extra=("--set", "checkpoint.freq=1024", "--set", "checkpoint.keep=1000"), wait=False)
+    config = CONFIG if algo == "ppo" else os.path.join(CONFIGS, "sac", "Pendulum-v1.yaml")
+    small = () if algo == "ppo" else SMALL_OFFPOLICY
+    proc = launch(run, 10 ** 6, extra=small + ("--set", "checkpoint.freq=1024", "--set", "checkpoint.keep=1000"),
+                  wait=False, config=config)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and not glob.glob(str(run / "checkpoints" / "step-*.safetensors")):

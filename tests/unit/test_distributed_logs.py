@@ -3,11 +3,15 @@
 msrun polls its workers once a second and SIGKILLs all the others as soon as one exits
 non-zero; the scheduler then reports whichever worker's heartbeat lapses first, which may be
 a worker msrun killed, not the one that died. The launcher used to name the rank from that
-report, so the dead-worker test named rank 0 now and then."""
+report, so the dead-worker test named rank 0 now and then. Also: the ranks' own checkpoint
+files beside rank 0's."""
 import json
 import os
 import sys
 
+import numpy as np
+
+from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.distributed import MSRUN_LOG, entry_script, failed_ranks, worker_env
 
 
@@ -54,3 +58,21 @@ def test_worker_env_and_entry_use_the_launching_interpreter():
     text = entry_script()
     compile(text, ".msrun_entry.py", "exec")
     assert repr(sys.executable) in text and repr(sys.prefix) in text
+
+
+def test_pruning_a_checkpoint_removes_its_ranks_files_and_keeps_the_newest(tmp_path):
+    # each data-parallel rank > 0 keeps its RNG streams and replay buffer beside rank 0's checkpoint
+    d = str(tmp_path)
+    steps = [os.path.join(d, f"step-{s:09d}.safetensors") for s in (100, 200, 300)]
+    for p in steps:
+        ckpt.save_checkpoint(p, {"x": np.zeros(1, np.float32)}, {})
+        for rank in (1, 2):
+            os.makedirs(os.path.dirname(ckpt.rank_path(p, rank)), exist_ok=True)
+            ckpt.save_checkpoint(ckpt.rank_path(p, rank), {"x": np.zeros(1, np.float32)}, {})
+    assert ckpt.rank_path(steps[0], 2) == os.path.join(d, "ranks", "step-000000100.rank2.safetensors")
+    assert ckpt.list_checkpoints(d) == steps  # the ranks' files are not checkpoints of their own
+    ckpt.prune(d, keep=2)
+    assert ckpt.list_checkpoints(d) == steps[1:]
+    assert sorted(os.listdir(os.path.join(d, "ranks"))) == [
+        "step-000000200.rank1.safetensors", "step-000000200.rank2.safetensors",
+        "step-000000300.rank1.safetensors", "step-000000300.rank2.safetensors"]
