@@ -153,6 +153,13 @@ def rank_path(path: str, rank: int) -> str:
     return os.path.join(os.path.dirname(path), "ranks", f"{name}.rank{rank}.safetensors")
 
 
+def written_by(path: str) -> Tuple[int, List[str]]:
+    """(workers, unreadable): how many data-parallel ranks wrote checkpoint ``path`` and which of
+    their own files (rank_path) are missing, truncated or corrupt."""
+    world = int(json.loads(load_checkpoint_header(path).get("world", "1")))
+    return world, [q for q in (rank_path(path, r) for r in range(1, world)) if not _is_intact(q)]
+
+
 def prune(ckpt_dir: str, keep: int) -> None:
     """Delete all but the newest ``keep`` periodic checkpoints and their ranks' files (final is
     never deleted)."""

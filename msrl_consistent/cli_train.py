@@ -86,13 +86,11 @@ def _resume_locked(args, run_dir: str) -> int:
     registry.get(cfg.algorithm).check_workers(cfg, args.workers)
     if os.environ.get(WORKER_ENV):
         _init_worker(cfg)
-    elif args.workers > 1:
-        if os.path.isfile(os.path.join(run_dir, "summary.json")):
-            if not args.quiet:
-                print(f"msrl: {run_dir} already finished; nothing to do")
-            return 0
-        entry_args = ["train", "--resume", os.path.abspath(run_dir), "--quiet", "--workers", str(args.workers)]
-        return _launch(args, run_dir, entry_args, f"resuming {run_dir}")
+    elif not os.path.isfile(os.path.join(run_dir, "summary.json")):  # (a finished run: resume() says so)
+        _check_rank_files(run_dir, args.workers, args.quiet)
+        if args.workers > 1:
+            entry_args = ["train", "--resume", os.path.abspath(run_dir), "--quiet", "--workers", str(args.workers)]
+            return _launch(args, run_dir, entry_args, f"resuming {run_dir}")
     algo = registry.get(cfg.algorithm).resume(run_dir)
     if algo.num_timesteps >= cfg.total_timesteps and os.path.isfile(os.path.join(run_dir, "summary.json")):
         if not args.quiet:
@@ -100,6 +98,22 @@ def _resume_locked(args, run_dir: str) -> int:
         return 0
     return _learn(algo, run_dir, args.quiet, f"resuming {run_dir} from {algo.resumed_from} "
                                              f"(step {algo.num_timesteps} of {cfg.total_timesteps})")
+
+
+def _check_rank_files(run_dir: str, workers: int, quiet: bool) -> None:
+    """Before resuming: a checkpoint written by as many ranks must have every rank's own file
+    (else CheckpointError naming them); one written by another count resumes, not exactly."""
+    from .checkpoint import CheckpointError, newest_intact, written_by
+    path = newest_intact(os.path.join(run_dir, "checkpoints"))
+    if path is None:
+        return  # resume() names the problem
+    world, unreadable = written_by(path)
+    if world == workers and unreadable:
+        raise CheckpointError(f"{path} was written by {world} workers and its ranks' files are missing or corrupt: "
+                              f"{', '.join(unreadable)}; resume with another --workers count (not exact)")
+    if world != workers and max(world, workers) > 1 and not quiet:
+        print(f"msrl: {path} was written by {world} worker(s), resuming on {workers}: the other ranks' RNG streams "
+              f"and replay buffers start afresh (not an exact resume)")
 
 
 def _launch(args, run_dir: str, entry_args, what: str) -> int:

@@ -126,6 +126,15 @@ def test_sigterm_checkpoints_every_rank_and_resume_is_exact(tmp_path):
     stopped = ranks[0]["checkpoint"]
     rank1 = ckpt.load_checkpoint(ckpt.rank_path(stopped, 1))[0]
     assert int(rank1["replay/pos_full"][0]) > 0  # rank 1's own buffer, beside rank 0's checkpoint
+    # without a rank's own file the same worker count cannot resume exactly: refused, naming the file
+    broken = tmp_path / "broken"
+    shutil.copytree(run, broken)
+    os.unlink(ckpt.rank_path(str(broken / "checkpoints" / os.path.basename(stopped)), 1))
+    launched = (broken / "msrun_logs" / "msrun.log").read_text()
+    r = resume(broken)
+    assert r.returncode == 2 and "step-" in r.stderr and ".rank1.safetensors" in r.stderr, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert (broken / "msrun_logs" / "msrun.log").read_text() == launched  # refused before launching
     twin = tmp_path / "twin"
     shutil.copytree(run, twin)
     hashes = []
