@@ -11,10 +11,18 @@ import argparse
 import glob
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+
+def free_port():
+    """A port nobody listens on now (a fixed one collides with a scheduler still shutting down)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def main():
@@ -32,7 +40,7 @@ def main():
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "msrl_consistent", "train", args.config, "--workers", str(w), "--seed",
                         str(seed), "--run-dir", run, "--quiet", "--set", "eval.freq=0",
-                        "--master-port", str(8150 + w)], check=True, env=env)
+                        "--master-port", str(free_port())], check=True, env=env)
         wall = time.perf_counter() - t0
         summary = json.load(open(os.path.join(run, "summary.json")))
         ranks = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(run, "ranks", "*.json")))]

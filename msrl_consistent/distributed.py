@@ -231,9 +231,10 @@ def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None) -> List[dict]:
 
 
 class _Forwarder:
-    """The launcher's SIGINT/SIGTERM handler: the signal goes to every worker (msrun starts them
-    in their own sessions, and on SIGINT would SIGKILL them), as SIGTERM, once per worker pid as
-    the pids appear in ranks/<rank>.json; the workers agree on the step, checkpoint and exit."""
+    """The launcher's SIGINT/SIGTERM/SIGHUP handler: the signal goes to every worker (msrun starts
+    them in their own sessions, and on SIGINT would SIGKILL them), as SIGTERM, once per worker pid
+    as the pids appear in ranks/<rank>.json; the workers agree on the step, checkpoint and exit.
+    A SIGKILL of the launcher cannot be forwarded: its workers go on (their pids are in ranks/)."""
 
     def __init__(self, ranks_dir: str):
         self.ranks_dir = ranks_dir
@@ -284,7 +285,8 @@ def launch(entry_args: List[str], workers: int, run_dir: str, master_port: int) 
     cmd = msrun_command(entry, entry_args, workers, master_port, log_dir, msrun=msrun)
     msrun_log = os.path.join(log_dir, MSRUN_LOG)
     fwd = _Forwarder(ranks_dir)
-    saved = {sig: signal.signal(sig, fwd) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too: msrun's own session does not see the terminal close
+    saved = {sig: signal.signal(sig, fwd) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         with open(msrun_log, "w") as fh:
             # the launcher holds the run directory's lock for its workers (runlock); msrun in its own
