@@ -48,8 +48,7 @@ class RunContext:
         if algo.resumed_from:
             self.logger.event(algo.num_timesteps, event="resumed", checkpoint=algo.resumed_from)
         if algo.dist.enabled:  # ranks/<rank>.json: running (with the pid), then the final results
-            self.write_rank_status({"rank": algo.dist.rank, "world": algo.dist.world, "pid": os.getpid(),
-                                    "status": "running"})
+            self.write_rank_status("running")
         self.t_start = time.perf_counter()
         self.startup_s = _process_age()
         """Seconds from the process start to the start of the loop (imports, env and network construction)."""
@@ -126,9 +125,8 @@ class RunContext:
         path = self.save_periodic(step)
         self.logger.event(step, event="interrupted", signal=int(signum), checkpoint=path)
         if self.algo.dist.enabled:
-            self.write_rank_status({"rank": self.algo.dist.rank, "world": self.algo.dist.world, "pid": os.getpid(),
-                                    "status": "interrupted", "signal": int(signum), "checkpoint": path,
-                                    "params_sha256": self.algo.params_hash()})
+            self.write_rank_status("interrupted", signal=int(signum), checkpoint=path,
+                                   params_sha256=self.algo.params_hash())
         raise TrainingInterrupted(signum, path)
 
     def check_finite(self, step: int, stats: Dict[str, float]) -> None:
@@ -169,8 +167,7 @@ class RunContext:
         summary["phase_seconds"] = {k: round(v, 3) for k, v in self.phases.items()}
         summary["phase_seconds"]["other"] = round(wall - sum(self.phases.values()), 3)
         if algo.dist.enabled:
-            self.write_rank_status(dict(summary, rank=algo.dist.rank, world=algo.dist.world, pid=os.getpid(),
-                                        status="finished"))
+            self.write_rank_status("finished", **summary)
         if not self.main:
             return summary
         summary["final_eval"] = self.evaluate()
@@ -179,9 +176,12 @@ class RunContext:
         ckpt.atomic_write_text(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
         return summary
 
-    def write_rank_status(self, info: dict) -> None:
+    def write_rank_status(self, status: str, **fields) -> None:
+        """ranks/<rank>.json: this rank, its world and pid, ``status`` and ``fields``."""
+        dist = self.algo.dist
+        info = dict(fields, rank=dist.rank, world=dist.world, pid=os.getpid(), status=status)
         os.makedirs(os.path.join(self.run_dir, "ranks"), exist_ok=True)
-        ckpt.atomic_write_text(os.path.join(self.run_dir, "ranks", f"{self.algo.dist.rank}.json"),
+        ckpt.atomic_write_text(os.path.join(self.run_dir, "ranks", f"{dist.rank}.json"),
                                json.dumps(info, indent=2) + "\n")
 
     def close(self) -> None:

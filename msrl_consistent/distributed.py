@@ -170,15 +170,26 @@ def _exit_text(code: int) -> str:
     return f"exit code {code}"
 
 
-def _rank_pids(ranks_dir: Optional[str]) -> Dict[int, int]:
-    """pid -> rank from ranks/<rank>.json (each worker writes its pid there when it starts training)."""
-    out = {}
-    for path in glob.glob(os.path.join(ranks_dir or "", "*.json")) if ranks_dir else []:
+def _statuses(ranks_dir: Optional[str]) -> List[dict]:
+    """The readable ranks/<rank>.json files (each worker writes its pid there when it starts
+    training, then its final or interrupted status)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ranks_dir, "*.json"))) if ranks_dir else []:
         try:
             with open(path) as fh:
-                info = json.load(fh)
+                out.append(json.load(fh))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _rank_pids(ranks_dir: Optional[str]) -> Dict[int, int]:
+    """pid -> rank from ranks/<rank>.json."""
+    out = {}
+    for info in _statuses(ranks_dir):
+        try:
             out[int(info["pid"])] = int(info["rank"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (KeyError, TypeError, ValueError):
             continue
     return out
 
@@ -258,21 +269,10 @@ class _Forwarder:
                     pass
 
 
-def _statuses(ranks_dir: str) -> List[dict]:
-    out = []
-    for path in sorted(glob.glob(os.path.join(ranks_dir, "*.json"))):
-        try:
-            with open(path) as fh:
-                out.append(json.load(fh))
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def launch(entry_args: List[str], workers: int, run_dir: str, master_port: int) -> int:
     """Run msrun with ``workers`` local workers executing ``msrl <entry_args>``; non-zero exit
-    names the failed rank(s) and where their logs are. SIGINT/SIGTERM are forwarded to the
-    workers, which checkpoint at the same step: then the exit is 128 + the signal."""
+    names the failed rank(s) and where their logs are. SIGINT/SIGTERM/SIGHUP are forwarded to
+    the workers, which checkpoint at the same step: then the exit is 128 + the signal."""
     msrun = find_msrun()
     log_dir = os.path.join(run_dir, "msrun_logs")
     ranks_dir = os.path.join(run_dir, "ranks")
