@@ -10,7 +10,7 @@ off_policy.py.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -107,7 +107,13 @@ class Algorithm:
     def params_hash(self) -> str:
         return params_sha256(self.parameters())
 
+    before_state: Optional[Callable[[], None]] = None
+    """Called first by ``state``: a population (population.py) copies the member's optimizer state
+    out of its stacked optimizer, so a checkpoint holds the member's current state."""
+
     def state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, object]]:
+        if self.before_state is not None:
+            self.before_state()
         tensors = {f"agent/{k}": v for k, v in self.parameters().items()}
         agent_ids = {id(p) for p in named_parameters(self.agent).values()}
         for oname, opt in self.optimizers.items():

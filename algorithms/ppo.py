@@ -26,6 +26,7 @@ from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value
 from .on_policy import OnPolicyAlgorithm
+from .population import PPOPopulation
 from .ppo_update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, kl_threshold, minibatch_indices
 
 
@@ -248,6 +249,8 @@ class PPO(OnPolicyAlgorithm):
     config_cls = PPOConfig
     agent_cls = ActorCriticAgent
     data_parallel = True
+    population = PPOPopulation
+    """Several seeds trained in one process (``msrl train CONFIG --seeds 0-4``)."""
 
     def build(self) -> None:
         c: PPOConfig = self.cfg.algo

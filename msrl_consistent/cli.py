@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the run was checkpointed with resumes it exactly")
     t.add_argument("--master-port", type=int, default=8118, help="msrun master port (with --workers)")
     t.add_argument("--seed", type=int, help="override the config's seed")
+    t.add_argument("--seeds", metavar="SEEDS",
+                   help="train one member per seed (0-4, or 0,3,7) in one process, a population (PPO); RUN_DIR "
+                        "then holds one run directory per member (docs/populations.md)")
     t.add_argument("--total-timesteps", type=str, help="override total_timesteps (1e5 accepted)")
     t.add_argument("--run-dir", help="run directory (default runs/<algo>-<env>-seed<seed>-<timestamp>)")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (dotted), repeatable")

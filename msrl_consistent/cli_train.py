@@ -18,6 +18,8 @@ def cmd_train(args) -> int:
         raise ConfigError(f"--workers {args.workers}: expected a positive number of workers")
     if args.resume:
         return _resume(args)
+    if getattr(args, "seeds", None) is not None:
+        return _train_population(args)
     if not args.config:
         raise ConfigError("msrl train needs a CONFIG file or shipped config name (see `msrl configs`), "
                          "or --resume RUN_DIR")
@@ -66,11 +68,59 @@ def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool) -> int:
                                              f"{cfg.total_timesteps} steps) -> {run_dir}")
 
 
+def _train_population(args) -> int:
+    """``msrl train CONFIG --seeds 0-4``: the members in one process (populations.py)."""
+    from .populations import default_population_dir, parse_seeds, population_class, train_population
+    from .training import resolve
+
+    if not args.config:
+        raise ConfigError("--seeds needs a CONFIG file or shipped config name (see `msrl configs`)")
+    if args.seed is not None:
+        raise ConfigError("--seeds and --seed: pass one of them")
+    seeds = parse_seeds(args.seeds)
+    overrides = list(args.set or [])
+    if args.device is not None:
+        overrides.append(f"device={args.device}")
+    cfg = resolve(args.config, None, args.total_timesteps, overrides)
+    population_class(cfg, seeds, args.workers)
+    run_dir = args.run_dir or default_population_dir(cfg, seeds)
+    what = (f"training {cfg.algorithm} on {cfg.env.id}, seeds {args.seeds} ({len(seeds)} members in one process, "
+            f"{cfg.total_timesteps} steps each)")
+    return _learn_population(lambda: train_population(cfg, seeds, run_dir, progress=not args.quiet), run_dir,
+                             args.quiet, what)
+
+
+def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
+    from msrl_consistent.algorithms.run import NonFiniteError, TrainingInterrupted
+
+    if not quiet:
+        print(f"msrl: {message} -> {run_dir}")
+    try:
+        summary = learn()
+    except TrainingInterrupted as exc:
+        print(f"msrl: interrupted (signal {exc.signum}); every member checkpointed; continue with: "
+              f"msrl train --resume {run_dir}", file=sys.stderr)
+        return exc.exit_code
+    except NonFiniteError as exc:
+        print(f"msrl: error: {exc}", file=sys.stderr)
+        return 1
+    if not quiet:
+        for name, s in summary["members"].items():
+            ev = s["final_eval"]
+            print(f"msrl: {name}: eval mean return {ev['mean_return']:.2f} +- {ev['std_return']:.2f}")
+        print(f"msrl: done in {summary['wall_time_s']:.1f}s; run dirs {run_dir}/<member>/")
+    return 0
+
+
 def _resume(args) -> int:
     run_dir = args.resume
-    if args.config or args.set or args.seed is not None or args.total_timesteps is not None:
-        raise ConfigError("--resume RUN_DIR takes the run's own config.yaml; do not pass CONFIG, --set, --seed or "
-                         "--total-timesteps with it")
+    if args.config or args.set or args.seed is not None or args.total_timesteps is not None \
+            or getattr(args, "seeds", None) is not None:
+        raise ConfigError("--resume RUN_DIR takes the run's own config.yaml; do not pass CONFIG, --set, --seed, "
+                          "--seeds or --total-timesteps with it")
+    from .populations import is_population
+    if is_population(run_dir):
+        return _resume_population(args, run_dir)
     if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
         raise ConfigError(f"--resume {run_dir}: not a run directory (no config.yaml)")
     with runlock.hold(run_dir):
@@ -98,6 +148,21 @@ def _resume_locked(args, run_dir: str) -> int:
         return 0
     return _learn(algo, run_dir, args.quiet, f"resuming {run_dir} from {algo.resumed_from} "
                                              f"(step {algo.num_timesteps} of {cfg.total_timesteps})")
+
+
+def _resume_population(args, run_dir: str) -> int:
+    from .populations import population_summary_done, resume_population
+
+    if args.workers > 1:
+        raise ConfigError(f"--resume {run_dir} --workers {args.workers}: a population trains in one process")
+    if population_summary_done(run_dir):
+        if not args.quiet:
+            print(f"msrl: {run_dir} already finished; nothing to do")
+        return 0
+    population = resume_population(run_dir)
+    m0 = population.members[0]
+    return _learn_population(lambda: population.learn(progress=not args.quiet), run_dir, args.quiet,
+                             f"resuming population {run_dir} (step {m0.num_timesteps} of {m0.cfg.total_timesteps})")
 
 
 def _check_rank_files(run_dir: str, workers: int, quiet: bool) -> None:

@@ -138,7 +138,8 @@ def band(curves: Sequence[Curve], points: int = GRID_POINTS) -> Tuple[np.ndarray
 def plot_runs(run_dirs: Sequence[str], out: str, x: str = "steps", metric: str = "train",
               title: Optional[str] = None) -> List[Group]:
     """Write the learning curves of ``run_dirs`` to ``out`` (PNG, or any format matplotlib knows
-    from the suffix); returns the groups drawn."""
+    from the suffix); returns the groups drawn. A population directory stands for its members
+    (the seeds of one config: one band)."""
     if metric not in METRICS:
         raise ConfigError(f"--metric {metric!r}: expected one of {', '.join(METRICS)}")
     if x not in XAXES:
@@ -149,7 +150,8 @@ def plot_runs(run_dirs: Sequence[str], out: str, x: str = "steps", metric: str =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = group_curves([read_curve(d, metric, x) for d in run_dirs])
+    from .populations import expand_populations
+    groups = group_curves([read_curve(d, metric, x) for d in expand_populations(run_dirs)])
     fig, ax = plt.subplots(figsize=(8, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, g in enumerate(groups):

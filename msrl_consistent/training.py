@@ -9,6 +9,7 @@ summary.json), so ``msrl eval``/``export``/``plot`` and ``runtime.load_policy`` 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Optional, Sequence, Union
@@ -36,7 +37,8 @@ def resolve(config: Union[str, Config], seed: Optional[int] = None, total_timest
 
 
 def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Optional[int] = None,
-          total_timesteps: Optional[int] = None, overrides: Sequence[str] = (), progress: bool = False) -> dict:
+          seeds: Optional[Sequence[int]] = None, total_timesteps: Optional[int] = None,
+          overrides: Sequence[str] = (), progress: bool = False) -> dict:
     """Train ``config`` (a shipped config name such as ``"ppo/CartPole-v1"``, a YAML path, or a
     :class:`~msrl_consistent.config.Config`) into ``run_dir`` (default
     ``runs/<algo>-<env>-seed<seed>-<timestamp>``; it must be empty or new) and return the run's
@@ -44,17 +46,33 @@ def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Op
 
     ``overrides`` are ``KEY=VALUE`` strings as for ``msrl train --set`` (``"eval.freq=0"``).
     Raises ConfigError for an invalid config, TrainingInterrupted on SIGINT/SIGTERM (after a
-    checkpoint), NonFiniteError on a non-finite loss or parameter."""
-    from . import registry, runlock
+    checkpoint), NonFiniteError on a non-finite loss or parameter.
+
+    ``seeds`` (PPO) trains one member per seed in one process (a population,
+    docs/populations.md): ``run_dir`` then holds ``population.json`` and one run directory per
+    member (``seed<S>/``), and the population summary is returned."""
+    from . import registry
     from .checkpoint import atomic_write_text
 
     cfg = resolve(config, seed, total_timesteps, overrides)
+    if seeds is not None:
+        from .populations import train_population
+        return train_population(cfg, list(seeds), run_dir, progress)
     run_dir = run_dir or default_run_dir(cfg)
+    with new_run_dir(run_dir):
+        atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
+        return registry.get(cfg.algorithm)(cfg).learn(run_dir, progress=progress)
+
+
+@contextlib.contextmanager
+def new_run_dir(run_dir: str):
+    """Create ``run_dir`` (it must be new or empty) and hold its lock for the block."""
+    from . import runlock
     if os.path.isdir(run_dir) and os.listdir(run_dir):
-        raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run_dir")
+        raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run directory")
     os.makedirs(run_dir, exist_ok=True)
     with runlock.hold(run_dir):
         if set(os.listdir(run_dir)) - {runlock.LOCK_FILE}:
-            raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run_dir")
-        atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
-        return registry.get(cfg.algorithm)(cfg).learn(run_dir, progress=progress)
+            raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run "
+                              f"directory")
+        yield

@@ -1,0 +1,273 @@
+"""A PPO population: K members (seeds of one config) trained in one process, with one acting
+graph call per vector step and one update-phase graph call per rollout for all K.
+
+Each member is an ordinary PPO run: its own config (its seed), run directory, environments,
+Generator stream, normalization statistics, optimizer state, logs, evaluations and
+checkpoints, so ``msrl eval / export / verify / plot / train --resume`` use a member as any run.
+What the members share is the graph calls (population_cells.py): the members' own rollout
+cells side by side (a member acts exactly as its exported policy cell computes), and an update
+phase over stacked copies of their Parameters (BatchMatMul), whose rounding differs from one
+member trained alone in the last bits; docs/populations.md says how much.
+
+The population directory (``population.json``, the members' directories, ``summary.json``)
+is msrl_consistent/populations.py's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import ExitStack
+from typing import Dict, List
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor
+
+from msrl_consistent import checkpoint as ckpt
+from msrl_consistent import runlock
+from msrl_consistent.buffers import RolloutBuffer
+from msrl_consistent.config import ConfigError
+from msrl_consistent.envs import flat_obs, make_vec_env, step_transitions
+from msrl_consistent.fastcall import FastCall
+from msrl_consistent.signals import StopOnSignals
+
+from .algorithm import schedule_value
+from .on_policy import unpack_rollout
+from .population_cells import (
+    PopulationRollout,
+    PopulationValue,
+    StackedAgent,
+    StackedPPOLoss,
+    StackedPPOPhase,
+    StackedPPOStep,
+    stacked_optimizer,
+    stacked_pairs,
+    supported_distribution,
+)
+from .ppo_update import STAT_NAMES, minibatch_indices
+from .run import RunContext, TrainingInterrupted
+
+
+class PPOPopulation:
+    """K PPO members trained together (see the module docstring)."""
+
+    @staticmethod
+    def check(cfg) -> None:
+        """Refuse, naming the key, a config whose members a population cannot train yet."""
+        c, pc, ec = cfg.algo, cfg.policy, cfg.env
+        refused = [("algo.target_kl", c.target_kl is not None, "null"), ("algo.use_sde", c.use_sde, "false"),
+                   ("policy.shared", pc.shared, "false"), ("env.frame_stack", ec.frame_stack > 1, "1")]
+        for key, bad, expected in refused:
+            if bad:
+                raise ConfigError(f"--seeds: key '{key}' is not supported in a population yet (expected {expected})")
+
+    def __init__(self, members: List, run_dirs: List[str], run_dir: str):
+        self.members, self.run_dirs, self.run_dir = members, run_dirs, run_dir
+        m0 = members[0]
+        self.k = len(members)
+        self.spec, self.c = m0.spec, m0.cfg.algo
+        if m0.spec.obs_kind != "Box" or m0.agent.encoded or not supported_distribution(m0.distribution):
+            raise ConfigError(f"--seeds: a population trains Box observations with Discrete or Box actions; "
+                              f"{m0.cfg.env.id} has {m0.spec.obs_kind} observations and {m0.spec.act_kind} actions")
+        counters = {tuple(m._counters().values()) for m in members}
+        if len(counters) != 1:
+            steps = ", ".join(f"{d}: step {m.num_timesteps}" for d, m in zip(run_dirs, members))
+            raise ckpt.CheckpointError(f"the members of {run_dir} were checkpointed at different steps ({steps}); "
+                                       f"a population resumes from one common step")
+        self.stacked = StackedAgent([m.agent for m in members])
+        self.pairs = stacked_pairs(self.stacked, [m.agent for m in members])
+        self.optimizer = stacked_optimizer(self.pairs, self.c)
+        self._load_optimizer_state()
+        coef = lambda key: np.array([float(getattr(m.cfg.algo, key)) for m in members])  # noqa: E731
+        loss = StackedPPOLoss(self.stacked, self.c, coef("ent_coef"), coef("vf_coef"))
+        step = StackedPPOStep(loss, self.optimizer, coef("max_grad_norm"))
+        self.rollout = self.c.n_steps * m0.cfg.env.n_envs
+        self.phase = StackedPPOPhase(step, self.pairs, self.c.n_epochs, self.rollout, self.c.batch_size)
+        self._phase_fn = FastCall(self.phase)
+        agents = [m.agent for m in members]
+        self._rollout_fn = FastCall(PopulationRollout(agents, self.stacked, m0.distribution))
+        self._value_fn = FastCall(PopulationValue(agents, self.stacked))
+        for k, m in enumerate(members):  # a checkpoint of a member holds its optimizer's current state
+            m.before_state = (lambda k=k: self._store_optimizer_state(k))
+        self.stop_requested = None
+
+    # -- optimizer state: the stacked Adam's, copied into each member's own Adam ---------------------
+    def _member_slots(self, k: int):
+        """(stacked index, member k's optimizer index) of each trainable Parameter."""
+        opt = self.members[k].optimizer
+        index = {id(p): i for i, p in enumerate(opt.parameters)}
+        if len(index) != len(self.pairs):
+            raise RuntimeError("a member's optimizer holds other Parameters than the population's")
+        return [(j, index[id(params[k])]) for j, (_, params) in enumerate(self.pairs)]
+
+    def _store_optimizer_state(self, k: int) -> None:
+        opt, src = self.members[k].optimizer, self.optimizer
+        for j, i in self._member_slots(k):
+            opt.moment1[i].copy_(Tensor(src.moment1[j].asnumpy()[k]))
+            opt.moment2[i].copy_(Tensor(src.moment2[j].asnumpy()[k]))
+        for name in ("beta1_power", "beta2_power", "global_step", "learning_rate"):
+            getattr(opt, name).copy_(Tensor(getattr(src, name).asnumpy()))
+
+    def _load_optimizer_state(self) -> None:
+        src = self.members[0].optimizer
+        slots = [dict(self._member_slots(k)) for k in range(self.k)]
+        for j in range(len(self.pairs)):
+            for name in ("moment1", "moment2"):
+                rows = [getattr(m.optimizer, name)[slots[k][j]].asnumpy() for k, m in enumerate(self.members)]
+                getattr(self.optimizer, name)[j].set_data(Tensor(np.stack(rows)))
+        for name in ("beta1_power", "beta2_power", "global_step", "learning_rate"):
+            getattr(self.optimizer, name).set_data(Tensor(getattr(src, name).asnumpy()))
+
+    # -- training ---------------------------------------------------------------------------------
+    def request_stop(self, signum: int) -> None:
+        self.stop_requested = signum
+
+    def learn(self, progress: bool = False) -> dict:
+        """Train every member to its total_timesteps; returns the population summary (summary.json)."""
+        t0 = time.perf_counter()
+        with ExitStack() as stack:
+            for d in [self.run_dir, *self.run_dirs]:
+                stack.enter_context(runlock.hold(d))
+            signals = stack.enter_context(StopOnSignals(self.request_stop))
+            runs = [RunContext(m, d, progress=progress and k == 0) for k, (m, d) in
+                    enumerate(zip(self.members, self.run_dirs))]
+            try:
+                self._loop(runs, signals)
+                summaries = [run.finish() for run in runs]
+            finally:
+                for run in runs:
+                    run.close()
+        summary = {"population": [os.path.basename(d) for d in self.run_dirs],
+                   "seeds": [m.cfg.seed for m in self.members], "wall_time_s": round(time.perf_counter() - t0, 3),
+                   "members": {os.path.basename(d): s for d, s in zip(self.run_dirs, summaries)}}
+        ckpt.atomic_write_text(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _loop(self, runs: List[RunContext], signals) -> None:
+        members, m0, spec, k = self.members, self.members[0], self.spec, self.k
+        n = m0.cfg.env.n_envs
+        # One vector env and one rollout buffer for the K * n envs, member k's envs at columns
+        # k * n .. (k + 1) * n, seeded as its own run seeds them.
+        venv = make_vec_env(m0.cfg.env, k * n)
+        obs = flat_obs(venv.reset(seed=[m.env_seed() + i for m in members for i in range(n)])[0], k * n)
+        venv.action_space.seed(m0.env_seed())
+        self.buf = RolloutBuffer(self.c.n_steps, k * n, spec.obs_dim, spec.action_shape, spec.discrete,
+                                 np.dtype(spec.input_dtype))
+        ep_ret = np.zeros(k * n, np.float64)
+        ep_len = np.zeros(k * n, np.int64)
+        norms = [m._reward_normalizer(n) if m.cfg.env.normalize_reward else None for m in members]
+        for rn in norms:
+            if rn is not None:
+                rn.returns = np.zeros(n, np.float64)  # (re)seeded envs start new episodes
+        clock = time.perf_counter
+        try:
+            while m0.num_timesteps < m0.cfg.total_timesteps:
+                self.buf.reset()
+                for t in range(self.c.n_steps):
+                    t_act = clock()
+                    noise = np.concatenate([m.step_noise(t, n) for m in members])
+                    packed = self._rollout_fn(Tensor(obs.reshape(k, n, -1)), Tensor(noise.reshape(
+                        (k, n) + noise.shape[1:]))).asnumpy()
+                    env_a, a, logp, v, _ = unpack_rollout(packed.reshape(k * n, -1), spec.action_shape, spec.discrete)
+                    t_env = clock()
+                    next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
+                    t_host = clock()
+                    done = term | trunc
+                    stored = rew
+                    if norms[0] is not None:
+                        stored = np.concatenate([rn.step(rew[i * n:(i + 1) * n], done[i * n:(i + 1) * n])
+                                                 for i, rn in enumerate(norms)])
+                    self.buf.add(obs, a, logp, v, stored, term, trunc)
+                    idx = np.nonzero(trunc & ~term)[0]
+                    if idx.size:  # every member's envs: one graph shape
+                        self.buf.set_final_values(t, idx, self.values_of(real_next)[idx])
+                    for m in members:
+                        m.num_timesteps += n
+                    ep_ret += rew
+                    ep_len += 1
+                    for i in np.nonzero(done)[0]:
+                        runs[i // n].episode_done(float(ep_ret[i]), int(ep_len[i]))
+                        ep_ret[i], ep_len[i] = 0.0, 0
+                    obs = next_obs
+                    for run in runs:
+                        run.phases["acting"] += t_env - t_act + clock() - t_host
+                        run.phases["env"] += t_host - t_env
+                self._update(obs, runs)
+                if self.stop_requested is not None:
+                    self._interrupt(runs, self.stop_requested)
+                signals.reinstall()  # MindSpore replaced the SIGINT handler during the graph calls
+        finally:
+            venv.close()
+
+    def values_of(self, obs: np.ndarray) -> np.ndarray:
+        """V(s) of (K * n) rows, member k's critic on its n rows: (K * n,)."""
+        return self._value_fn(Tensor(obs.reshape(self.k, -1, obs.shape[-1]))).asnumpy().reshape(-1)
+
+    def _update(self, obs: np.ndarray, runs: List[RunContext]) -> None:
+        """GAE, one update phase for all members, then each member's logs, evaluation and checkpoint."""
+        t0 = time.perf_counter()
+        n = self.members[0].cfg.env.n_envs
+        for i, m in enumerate(self.members):
+            if m.obs_rms is not None:
+                m.obs_rms.update(self.buf.obs[:, i * n:(i + 1) * n])
+        self.buf.compute(self.values_of(obs), self.members[0].gamma, self.members[0].gae_lambda)
+        stats = self.train(self.buf)
+        for m in self.members:
+            m.sync_normalizer()  # new statistics take effect after the update, as in one run
+            m.iterations += 1
+        dt = time.perf_counter() - t0
+        for run, s in zip(runs, stats):
+            run.update_done(dt)
+            run.after_iteration(s)
+
+    def _interrupt(self, runs: List[RunContext], signum: int) -> None:
+        """Every member checkpoints the same step, then TrainingInterrupted names the population."""
+        for run in runs:
+            step = run.algo.num_timesteps
+            path = run.save_periodic(step)
+            run.logger.event(step, event="interrupted", signal=int(signum), checkpoint=path)
+        raise TrainingInterrupted(signum, self.run_dir)
+
+    def train(self, buf) -> List[Dict[str, float]]:
+        """One update phase of every member (one graph call); returns each member's stats."""
+        c, members, k = self.c, self.members, self.k
+        m0 = members[0]
+        remaining = max(1.0 - m0.num_timesteps / m0.cfg.total_timesteps, 0.0)
+        lr = schedule_value(c.learning_rate, c.lr_schedule, remaining)
+        clips = np.array([[schedule_value(m.cfg.algo.clip_range, m.cfg.algo.clip_range_schedule, remaining)]
+                          for m in members], np.float32)
+        clip_vf = np.array([[m.cfg.algo.clip_range_vf or 0.0] for m in members], np.float32)
+        n = self.rollout
+        # member-major rows: member k's rows k * n .. (k + 1) * n in the order its own buffer's flat() has
+        data = {key: np.ascontiguousarray(np.swapaxes(v.reshape((c.n_steps, k, -1) + v.shape[2:]), 0, 1)).reshape(
+            (k * n,) + v.shape[2:]) for key, v in (("obs", buf.obs), ("actions", buf.actions),
+                                                   ("log_probs", buf.log_probs), ("values", buf.values),
+                                                   ("advantages", buf.advantages), ("returns", buf.returns))}
+        fulls, tails = [], []
+        for i, m in enumerate(members):  # each member's permutations from its own Generator
+            full, tail = minibatch_indices(m.rng, n, c.batch_size, c.n_epochs)
+            fulls.append(full + i * n)
+            tails.append(tail + i * n)
+        norm = [m.agent.normalizer for m in members]
+        mean = np.stack([x.mean.asnumpy() for x in norm])[:, None, :]
+        var = np.stack([x.var.asnumpy() for x in norm])[:, None, :]
+        stats = self._phase_fn(*(Tensor(data[key]) for key in ("obs", "actions", "log_probs", "advantages", "returns",
+                                                                "values")),
+                               Tensor(np.concatenate(fulls, 1)), Tensor(np.concatenate(tails, 1)),
+                               Tensor(mean), Tensor(var), Tensor(lr, ms.float32), Tensor(clips),
+                               Tensor(clip_vf)).asnumpy()
+        out = []
+        for i, m in enumerate(members):
+            res = {name: float(v) for name, v in zip(STAT_NAMES, stats[:, i, :].mean(0))}
+            ret, val = data["returns"][i * n:(i + 1) * n], data["values"][i * n:(i + 1) * n]
+            var_ret = np.var(ret)
+            res["explained_variance"] = float(1.0 - np.var(ret - val) / var_ret) if var_ret else float("nan")
+            res["learning_rate"] = lr
+            res["clip_range"] = float(clips[i, 0])
+            res["epochs"] = c.n_epochs
+            if not self.spec.discrete:
+                res["std"] = float(np.exp(m.agent.log_std.asnumpy()).mean())
+            m.n_updates += self.phase.total
+            out.append(res)
+        return out

@@ -1,0 +1,135 @@
+"""A multi-seed PPO study, every way this machine can run it: whole-study wall time and every seed's return.
+
+    pip install torch==2.13.0                       # first: the CPU wheel on this disk
+    pip install stable-baselines3 "numpy<2"
+    python benchmarks/population_vs_sb3.py --seeds 0 1 2 3 4 --total-timesteps 100000
+    python benchmarks/population_vs_sb3.py --modes msrl-population sb3-1-parallel --json runs/study.json
+
+Modes, each timed from outside as whole processes (start-up, imports, compilation included):
+  msrl-population     one `msrl train C --seeds ...` process: every seed in one graph per phase
+  msrl-sequential     `msrl train C --seed S`, one seed after another
+  sb3-1-sequential    Stable-Baselines3 with 1 torch thread, one seed after another
+  sb3-default-sequential  Stable-Baselines3 with torch's default threads, one after another
+  sb3-1-parallel      Stable-Baselines3 with 1 torch thread, --parallel runs at a time (default 2,
+                      one per core: SB3's best use of a 2-core machine)
+The SB3 worker is benchmarks/ppo_vs_sb3.py's (same hyperparameters from C, same seeded final
+evaluation). The ratio quoted is msrl-population's wall time over the fastest SB3 mode's.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODES = ("msrl-population", "msrl-sequential", "sb3-1-sequential", "sb3-default-sequential", "sb3-1-parallel")
+
+
+def msrl_cmd():
+    exe = os.path.join(os.path.dirname(sys.executable), "msrl")
+    return [exe] if os.path.isfile(exe) else [shutil.which("msrl") or "msrl"]
+
+
+def run(cmd, label):
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        raise SystemExit(f"population_vs_sb3: error: {label} exited {proc.returncode}: {last}")
+    return wall, proc.stdout
+
+
+def msrl_sets(args):
+    return ["--total-timesteps", str(args.total_timesteps), "--quiet", "--set", f"eval.episodes={args.eval_episodes}",
+            "--set", "eval.freq=0"]
+
+
+def summary_of(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as fh:
+        return json.load(fh)
+
+
+def msrl_population(args, work):
+    run_dir = os.path.join(work, "population")
+    seeds = ",".join(map(str, args.seeds))
+    wall, _ = run(msrl_cmd() + ["train", args.config, "--seeds", seeds, "--run-dir", run_dir] + msrl_sets(args),
+                  "msrl population")
+    s = summary_of(run_dir)
+    members = [s["members"][f"seed{seed}"] for seed in args.seeds]
+    return wall, [m["final_eval"]["mean_return"] for m in members], [m["params_sha256"] for m in members]
+
+
+def msrl_one(args, work, seed):
+    run_dir = os.path.join(work, f"msrl-seed{seed}")
+    wall, _ = run(msrl_cmd() + ["train", args.config, "--seed", str(seed), "--run-dir", run_dir] + msrl_sets(args),
+                  f"msrl seed {seed}")
+    s = summary_of(run_dir)
+    return wall, s["final_eval"]["mean_return"], s["params_sha256"]
+
+
+def sb3_one(args, seed, threads):
+    cmd = [sys.executable, os.path.join(HERE, "ppo_vs_sb3.py"), "--worker", "sb3", "--threads", str(threads),
+           "--config", args.config, "--seed", str(seed), "--total-timesteps", str(args.total_timesteps),
+           "--eval-episodes", str(args.eval_episodes)]
+    wall, out = run(cmd, f"SB3 seed {seed} ({threads or 'default'} threads)")
+    return wall, json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])["mean_return"]
+
+
+def study(args, mode, work):
+    t0 = time.perf_counter()
+    if mode == "msrl-population":
+        _, returns, hashes = msrl_population(args, work)
+        return {"wall_s": time.perf_counter() - t0, "returns": returns, "params_sha256": hashes}
+    if mode == "msrl-sequential":
+        runs = [msrl_one(args, work, s) for s in args.seeds]
+        return {"wall_s": time.perf_counter() - t0, "returns": [r[1] for r in runs],
+                "params_sha256": [r[2] for r in runs], "per_run_s": [r[0] for r in runs]}
+    if mode == "sb3-1-parallel":
+        with ThreadPoolExecutor(args.parallel) as pool:
+            runs = list(pool.map(lambda s: sb3_one(args, s, 1), args.seeds))
+    else:
+        threads = 1 if mode == "sb3-1-sequential" else 0
+        runs = [sb3_one(args, s, threads) for s in args.seeds]
+    return {"wall_s": time.perf_counter() - t0, "returns": [r[1] for r in runs], "per_run_s": [r[0] for r in runs]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default=os.path.join("configs", "ppo", "CartPole-v1.yaml"))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--total-timesteps", type=int, default=100000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    p.add_argument("--parallel", type=int, default=2, help="SB3 runs at a time in sb3-1-parallel")
+    p.add_argument("--json", metavar="OUT", help="write the results here")
+    args = p.parse_args()
+    if not os.path.isfile(args.config):
+        raise SystemExit(f"population_vs_sb3: error: config {args.config} not found")
+    work = tempfile.mkdtemp(prefix="population-vs-sb3-")
+    results = {}
+    for mode in args.modes:
+        results[mode] = study(args, mode, work)
+        r = results[mode]
+        print(f"{mode:24s} {r['wall_s']:8.1f} s   returns {' '.join(f'{x:.1f}' for x in r['returns'])}", flush=True)
+    sb3 = {m: r["wall_s"] for m, r in results.items() if m.startswith("sb3")}
+    print(f"\n| mode | study wall (s) | per seed (s) | returns (seeds {' '.join(map(str, args.seeds))}) |")
+    print("| --- | --- | --- | --- |")
+    for mode, r in results.items():
+        print(f"| {mode} | {r['wall_s']:.1f} | {r['wall_s'] / len(args.seeds):.1f} | "
+              f"{', '.join(f'{x:.1f}' for x in r['returns'])} |")
+    if "msrl-population" in results and sb3:
+        best = min(sb3, key=sb3.get)
+        print(f"\nmsrl-population / fastest SB3 ({best}): {results['msrl-population']['wall_s'] / sb3[best]:.2f}x")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"config": args.config, "seeds": args.seeds, "total_timesteps": args.total_timesteps,
+                       "date": time.strftime("%Y-%m-%d %H:%M"), "results": results}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Population directories: K runs of one config, one per seed, trained in one process
+(``msrl train CONFIG --seeds 0-4``, ``msrl_consistent.train(config, seeds=[...])``).
+
+A population directory holds ``population.json`` (the members and their seeds),
+``seed<S>/`` (one ordinary run directory per member: config.yaml with that seed, metrics,
+checkpoints, summary.json) and, once finished, ``summary.json`` (the members' summaries and
+the population's wall time). The training itself is the algorithm's ``population`` class
+(PPO's: algorithms/population.py); this module creates, reads and resumes the directories.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import List, Optional, Sequence
+
+from .config import Config, ConfigError, dump_config, load_config, to_dict
+
+POPULATION_FILE = "population.json"
+
+
+def parse_seeds(text: str) -> List[int]:
+    """``0-4`` or ``0,3,7`` (or both: ``0-2,10``) -> distinct seeds in that order."""
+    seeds: List[int] = []
+    try:
+        for part in text.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            seeds += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+    except ValueError:
+        raise ConfigError(f"--seeds {text}: expected seeds as 0-4 or 0,1,2") from None
+    check_seeds(seeds, text)
+    return seeds
+
+
+def check_seeds(seeds: Sequence[int], text: str = "") -> None:
+    shown = text or ",".join(map(str, seeds))
+    if not seeds:
+        raise ConfigError(f"--seeds {shown}: expected at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {shown}: expected distinct seeds")
+    if any(s < 0 for s in seeds):
+        raise ConfigError(f"--seeds {shown}: expected non-negative seeds")
+
+
+def member_dir(run_dir: str, seed: int) -> str:
+    return os.path.join(run_dir, f"seed{seed}")
+
+
+def is_population(run_dir: str) -> bool:
+    return os.path.isfile(os.path.join(run_dir, POPULATION_FILE))
+
+
+def population_members(run_dir: str) -> List[str]:
+    """The members' run directories of a population directory, in training order."""
+    path = os.path.join(run_dir, POPULATION_FILE)
+    try:
+        with open(path) as fh:
+            info = json.load(fh)
+        return [os.path.join(run_dir, m["run_dir"]) for m in info["members"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a readable population file ({exc})") from None
+
+
+def expand_populations(run_dirs: Sequence[str]) -> List[str]:
+    """``run_dirs`` with each population directory replaced by its members' run directories."""
+    out: List[str] = []
+    for d in run_dirs:
+        out += population_members(d) if is_population(d) else [d]
+    return out
+
+
+def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1):
+    """The algorithm's population class, after refusing what it cannot train (ConfigError)."""
+    from . import registry
+    check_seeds(seeds)
+    if workers > 1:
+        raise ConfigError(f"--seeds with --workers {workers}: a population trains in one process; use one or "
+                          f"the other")
+    cls = getattr(registry.get(cfg.algorithm), "population", None)
+    if cls is None:
+        raise ConfigError(f"--seeds: {cfg.algorithm} has no population training (ppo has); train one run per seed")
+    cls.check(cfg)
+    return cls
+
+
+def default_population_dir(cfg: Config, seeds: Sequence[int]) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{cfg.algorithm}-{cfg.env.id}-seeds{seeds[0]}-{seeds[-1]}-{stamp}")
+
+
+def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] = None,
+                     progress: bool = False) -> dict:
+    """Train one member per seed of ``cfg`` in one process into ``run_dir`` (new or empty);
+    returns the population summary."""
+    from . import registry
+    from .checkpoint import atomic_write_text
+    from .training import new_run_dir
+
+    cls = population_class(cfg, seeds)
+    configs = [load_config(None, [f"seed={s}"], data=to_dict(cfg)) for s in seeds]
+    run_dir = run_dir or default_population_dir(cfg, seeds)
+    created = not os.path.isdir(run_dir)
+    with new_run_dir(run_dir):
+        info = {"algorithm": cfg.algorithm, "env": cfg.env.id,
+                "members": [{"run_dir": os.path.basename(member_dir(run_dir, s)), "seed": int(s)} for s in seeds]}
+        dirs = [member_dir(run_dir, s) for s in seeds]
+        for d, c in zip(dirs, configs):
+            os.makedirs(d)
+            atomic_write_text(os.path.join(d, "config.yaml"), dump_config(c))
+        atomic_write_text(os.path.join(run_dir, POPULATION_FILE), json.dumps(info, indent=2) + "\n")
+        try:
+            population = cls([registry.get(c.algorithm)(c) for c in configs], dirs, run_dir)
+        except BaseException:
+            # nothing was trained (say, the environment's package is missing): leave no directory
+            # behind, so the same command works once the cause is fixed
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+            os.remove(os.path.join(run_dir, POPULATION_FILE))
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        return population.learn(progress)
+
+
+def population_summary_done(run_dir: str) -> bool:
+    """True when the population finished (its summary.json is written last)."""
+    return os.path.isfile(os.path.join(run_dir, "summary.json"))
+
+
+def resume_population(run_dir: str):
+    """The population of ``run_dir``, every member from its newest intact checkpoint (they must
+    share its step); ``.learn()`` trains it on."""
+    from . import registry
+    dirs = population_members(run_dir)
+    members = []
+    for d in dirs:
+        if not os.path.isfile(os.path.join(d, "config.yaml")):
+            raise ConfigError(f"{run_dir}: member {d} has no config.yaml")
+        cfg = load_config(os.path.join(d, "config.yaml"))
+        members.append(registry.get(cfg.algorithm).resume(d))
+    cls = population_class(members[0].cfg, [m.cfg.seed for m in members])
+    return cls(members, dirs, run_dir)

@@ -1,0 +1,146 @@
+"""Populations: several PPO seeds trained in one process, each member an ordinary run."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from helpers import CONFIGS, msrl
+from mindspore import Tensor
+
+from msrl_consistent import registry
+from msrl_consistent.config import load_config
+from msrl_consistent.export.exporter import export_run
+from msrl_consistent.export.verify import verify_export
+from msrl_consistent.populations import member_dir, resume_population, train_population
+
+SMALL = {"CartPole-v1": ["total_timesteps=512", "env.n_envs=4", "algo.n_steps=32", "algo.batch_size=64",
+                         "algo.n_epochs=2", "eval.freq=0", "eval.episodes=2"],
+         "Pendulum-v1": ["total_timesteps=768", "env.n_envs=2", "algo.n_steps=64", "algo.batch_size=48",
+                         "algo.n_epochs=2", "eval.freq=0", "eval.episodes=1"]}
+
+
+def _config(env_id, extra=()):
+    return load_config(os.path.join(CONFIGS, "ppo", f"{env_id}.yaml"), SMALL[env_id] + list(extra))
+
+
+def _hashes(run_dir, seeds):
+    out = {}
+    for s in seeds:
+        with open(os.path.join(member_dir(run_dir, s), "summary.json")) as fh:
+            out[s] = json.load(fh)["params_sha256"]
+    return out
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id):
+    """After training, the population's acting graph (zero noise: the distribution's mode) gives each
+    member exactly its own policy cell's actions and its MindIR export verifies bit for bit."""
+    cfg = _config(env_id)
+    run_dir = str(tmp_path / "pop")
+    seeds = [3, 5, 7]
+    summary = train_population(cfg, seeds, run_dir)
+    assert sorted(summary["members"]) == [f"seed{s}" for s in seeds]
+    population = resume_population(run_dir)  # the members as checkpointed, in one population again
+    members = population.members
+    rng = np.random.default_rng(0)
+    n = 64
+    obs = (rng.standard_normal((len(seeds), n, members[0].spec.obs_dim)) * 2.0).astype(np.float32)
+    noise = np.zeros((len(seeds), n) + members[0].distribution.noise(rng, 1).shape[1:], np.float32)
+    rows = population._rollout_fn(Tensor(obs), Tensor(noise)).asnumpy()
+    width = int(np.prod(members[0].spec.action_shape, dtype=np.int64))
+    for k, m in enumerate(members):
+        own = m.act_deterministic(obs[k]).reshape(n, -1)
+        np.testing.assert_array_equal(rows[k, :, :width], own.astype(np.float32))
+    # distinct members: their parameters differ
+    assert len(set(_hashes(run_dir, seeds).values())) == len(seeds)
+    out = str(tmp_path / "export")
+    export_run(member_dir(run_dir, seeds[1]), out, golden=128)
+    report = verify_export(out, backend="mindspore", episodes=2)
+    assert report["passed"] and report["golden"]["bit_identical"]
+    assert report["rollouts"]["identical_episodes"] == 2
+
+
+def test_population_is_reproducible_and_resumes_exactly(tmp_path):
+    cfg = _config("CartPole-v1", ["checkpoint.freq=128"])
+    seeds = [0, 1]
+    first = str(tmp_path / "a")
+    train_population(cfg, seeds, first)
+    second = str(tmp_path / "b")
+    train_population(cfg, seeds, second)
+    assert _hashes(first, seeds) == _hashes(second, seeds)
+
+    # an interruption after the first update: every member checkpoints that step; two resumes of
+    # those checkpoints end bit-identical (the envs are reseeded from (seed, steps done), as a
+    # single run's resume reseeds them)
+    third = str(tmp_path / "c")
+    cls = registry.get("ppo").population
+    from msrl_consistent.algorithms.run import TrainingInterrupted
+    original = cls.__init__
+
+    def stop_at_once(self, *a, **k):
+        original(self, *a, **k)
+        self.stop_requested = 15
+
+    cls.__init__ = stop_at_once
+    try:
+        with pytest.raises(TrainingInterrupted):
+            train_population(cfg, seeds, third)
+    finally:
+        cls.__init__ = original
+    for s in seeds:
+        ckpts = os.listdir(os.path.join(member_dir(third, s), "checkpoints"))
+        assert ckpts == ["step-000000128.safetensors"], ckpts
+    fourth = str(tmp_path / "c2")
+    shutil.copytree(third, fourth)
+    resume_population(third).learn()
+    resume_population(fourth).learn()
+    assert _hashes(third, seeds) == _hashes(fourth, seeds)
+    with open(os.path.join(member_dir(third, 0), "metrics.jsonl")) as fh:
+        events = [json.loads(line).get("event") for line in fh]
+    assert events.count("interrupted") == 1 and events.count("resumed") == 1 and events.count("finished") == 1
+
+    # a member whose newest checkpoint is another step than the others': refused, naming both
+    broken = str(tmp_path / "d")
+    shutil.copytree(first, broken)
+    os.unlink(os.path.join(broken, "summary.json"))
+    os.unlink(os.path.join(member_dir(broken, 1), "checkpoints", "final.safetensors"))
+    from msrl_consistent.checkpoint import CheckpointError
+    with pytest.raises(CheckpointError, match="different steps"):
+        resume_population(broken)
+
+
+def test_population_command_line(tmp_path):
+    run_dir = tmp_path / "pop"
+    sets = sum((["--set", s] for s in SMALL["CartPole-v1"] if not s.startswith("total_timesteps")), [])
+    r = msrl("train", "ppo/CartPole-v1", "--seeds", "0-1", "--total-timesteps", "256", "--run-dir", run_dir, *sets)
+    assert r.returncode == 0, r.stderr
+    assert "seed0: eval mean return" in r.stdout and "seed1: eval mean return" in r.stdout
+    for s in (0, 1):
+        with open(os.path.join(member_dir(str(run_dir), s), "config.yaml")) as fh:
+            assert f"seed: {s}" in fh.read()
+    r = msrl("eval", member_dir(str(run_dir), 1), "--episodes", "1")
+    assert r.returncode == 0, r.stderr
+    r = msrl("train", "--resume", run_dir)
+    assert r.returncode == 0 and "already finished" in r.stdout, r.stdout + r.stderr
+    pytest.importorskip("matplotlib")
+    from msrl_consistent.plot import plot_runs
+    groups = plot_runs([str(run_dir)], str(tmp_path / "curves.png"))
+    assert len(groups) == 1 and len(groups[0].curves) == 2  # the population is one band of its seeds
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ppo/CartPole-v1", "--seeds", "0-x"], "--seeds 0-x: expected seeds as 0-4 or 0,1,2"),
+    (["ppo/CartPole-v1", "--seeds", "1,1"], "expected distinct seeds"),
+    (["ppo/CartPole-v1", "--seeds", "0-1", "--workers", "2"], "a population trains in one process"),
+    (["ppo/CartPole-v1", "--seeds", "0-1", "--seed", "3"], "--seeds and --seed"),
+    (["sac/Pendulum-v1", "--seeds", "0-1"], "sac has no population training"),
+    (["ppo/CartPole-v1", "--seeds", "0-1", "--set", "algo.target_kl=0.01"], "key 'algo.target_kl'"),
+    (["ppo/Pendulum-v1-gsde", "--seeds", "0-1"], "key 'algo.use_sde'"),
+])
+def test_population_refusals_name_the_problem(tmp_path, args, message):
+    run_dir = tmp_path / "pop"
+    r = msrl("train", *args, "--run-dir", run_dir)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert not run_dir.exists()
