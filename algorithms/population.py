@@ -77,9 +77,12 @@ class PPOPopulation:
                                        f"a population resumes from one common step")
         self.stacked = StackedAgent([m.agent for m in members])
         self.pairs = stacked_pairs(self.stacked, [m.agent for m in members])
-        self.optimizer = stacked_optimizer(self.pairs, self.c)
-        self._load_optimizer_state()
         coef = lambda key: np.array([float(getattr(m.cfg.algo, key)) for m in members])  # noqa: E731
+        self.per_member_rate = len(set(coef("learning_rate"))) > 1
+        self.optimizer = stacked_optimizer(self.pairs, coef("learning_rate"), self.c.adam_eps)
+        self._load_optimizer_state()
+        n = m0.cfg.env.n_envs  # GAE's gamma and lambda per buffer column (member k: columns k*n..)
+        self.gammas, self.lambdas = np.repeat(coef("gamma"), n), np.repeat(coef("gae_lambda"), n)
         loss = StackedPPOLoss(self.stacked, self.c, coef("ent_coef"), coef("vf_coef"))
         step = StackedPPOStep(loss, self.optimizer, coef("max_grad_norm"))
         self.rollout = self.c.n_steps * m0.cfg.env.n_envs
@@ -106,8 +109,10 @@ class PPOPopulation:
         for j, i in self._member_slots(k):
             opt.moment1[i].copy_(Tensor(src.moment1[j].asnumpy()[k]))
             opt.moment2[i].copy_(Tensor(src.moment2[j].asnumpy()[k]))
-        for name in ("beta1_power", "beta2_power", "global_step", "learning_rate"):
+        for name in ("beta1_power", "beta2_power", "global_step"):
             getattr(opt, name).copy_(Tensor(getattr(src, name).asnumpy()))
+        rate = src.learning_rate.asnumpy()
+        opt.learning_rate.copy_(Tensor(rate[k] if self.per_member_rate else rate))
 
     def _load_optimizer_state(self) -> None:
         src = self.members[0].optimizer
@@ -116,8 +121,11 @@ class PPOPopulation:
             for name in ("moment1", "moment2"):
                 rows = [getattr(m.optimizer, name)[slots[k][j]].asnumpy() for k, m in enumerate(self.members)]
                 getattr(self.optimizer, name)[j].set_data(Tensor(np.stack(rows)))
-        for name in ("beta1_power", "beta2_power", "global_step", "learning_rate"):
+        for name in ("beta1_power", "beta2_power", "global_step"):
             getattr(self.optimizer, name).set_data(Tensor(getattr(src, name).asnumpy()))
+        rates = [m.optimizer.learning_rate.asnumpy() for m in self.members]
+        self.optimizer.learning_rate.set_data(Tensor(np.concatenate([r.reshape(-1) for r in rates]) if
+                                                     self.per_member_rate else rates[0]))
 
     # -- training ---------------------------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
@@ -211,7 +219,7 @@ class PPOPopulation:
         for i, m in enumerate(self.members):
             if m.obs_rms is not None:
                 m.obs_rms.update(self.buf.obs[:, i * n:(i + 1) * n])
-        self.buf.compute(self.values_of(obs), self.members[0].gamma, self.members[0].gae_lambda)
+        self.buf.compute(self.values_of(obs), self.gammas, self.lambdas)
         stats = self.train(self.buf)
         for m in self.members:
             m.sync_normalizer()  # new statistics take effect after the update, as in one run
@@ -234,7 +242,9 @@ class PPOPopulation:
         c, members, k = self.c, self.members, self.k
         m0 = members[0]
         remaining = max(1.0 - m0.num_timesteps / m0.cfg.total_timesteps, 0.0)
-        lr = schedule_value(c.learning_rate, c.lr_schedule, remaining)
+        rates = np.array([schedule_value(m.cfg.algo.learning_rate, c.lr_schedule, remaining) for m in members],
+                         np.float32)
+        lr = Tensor(rates) if self.per_member_rate else Tensor(float(rates[0]), ms.float32)
         clips = np.array([[schedule_value(m.cfg.algo.clip_range, m.cfg.algo.clip_range_schedule, remaining)]
                           for m in members], np.float32)
         clip_vf = np.array([[m.cfg.algo.clip_range_vf or 0.0] for m in members], np.float32)
@@ -255,7 +265,7 @@ class PPOPopulation:
         stats = self._phase_fn(*(Tensor(data[key]) for key in ("obs", "actions", "log_probs", "advantages", "returns",
                                                                 "values")),
                                Tensor(np.concatenate(fulls, 1)), Tensor(np.concatenate(tails, 1)),
-                               Tensor(mean), Tensor(var), Tensor(lr, ms.float32), Tensor(clips),
+                               Tensor(mean), Tensor(var), lr, Tensor(clips),
                                Tensor(clip_vf)).asnumpy()
         out = []
         for i, m in enumerate(members):
@@ -263,7 +273,7 @@ class PPOPopulation:
             ret, val = data["returns"][i * n:(i + 1) * n], data["values"][i * n:(i + 1) * n]
             var_ret = np.var(ret)
             res["explained_variance"] = float(1.0 - np.var(ret - val) / var_ret) if var_ret else float("nan")
-            res["learning_rate"] = lr
+            res["learning_rate"] = float(rates[i])
             res["clip_range"] = float(clips[i, 0])
             res["epochs"] = c.n_epochs
             if not self.spec.discrete:

@@ -6,14 +6,18 @@ truncated episode (bootstrap), and nothing for a terminated one (masked by `term
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Union
 
 import numpy as np
 
+Rate = Union[float, np.ndarray]
+"""A discount or GAE lambda: one value, or one per env column (a population's members)."""
+
 
 def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
-                terminated: np.ndarray, dones: np.ndarray, gamma: float, gae_lambda: float):
-    """Generalized Advantage Estimation (Schulman et al. 2016), arrays shaped (T, n_envs).
+                terminated: np.ndarray, dones: np.ndarray, gamma: Rate, gae_lambda: Rate):
+    """Generalized Advantage Estimation (Schulman et al. 2016), arrays shaped (T, n_envs);
+    ``gamma`` and ``gae_lambda`` are floats or (n_envs,) arrays.
 
     delta_t = r_t + gamma * (1 - terminated_t) * next_values_t - values_t
     A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
@@ -61,7 +65,7 @@ class RolloutBuffer:
     def set_final_values(self, t: int, env_idx: np.ndarray, values: np.ndarray) -> None:
         self.final_values[t, env_idx] = values
 
-    def compute(self, last_values: np.ndarray, gamma: float, gae_lambda: float):
+    def compute(self, last_values: np.ndarray, gamma: Rate, gae_lambda: Rate):
         """Fill advantages and returns; ``last_values`` = V(obs after the last step)."""
         dones = self.terminated | self.truncated
         next_values = np.concatenate([self.values[1:], last_values[None]], axis=0)

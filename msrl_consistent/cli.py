@@ -46,6 +46,8 @@ def cmd_eval(args) -> int:
     if is_export_dir(path):
         backend = args.backend or "mindspore"
     elif not os.path.isfile(os.path.join(path, "config.yaml")):
+        from .populations import not_a_member
+        not_a_member(path)
         raise UsageError(f"{path} is neither a run directory (no config.yaml) nor an export directory "
                          f"(no manifest.json)")
     else:
@@ -212,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seeds", metavar="SEEDS",
                    help="train one member per seed (0-4, or 0,3,7) in one process, a population (PPO); RUN_DIR "
                         "then holds one run directory per member (docs/populations.md)")
+    t.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
+                   help="with --seeds: one member per value (a grid when repeated) of algo.learning_rate, clip_range, "
+                        "ent_coef, vf_coef, gamma, gae_lambda or max_grad_norm")
     t.add_argument("--total-timesteps", type=str, help="override total_timesteps (1e5 accepted)")
     t.add_argument("--run-dir", help="run directory (default runs/<algo>-<env>-seed<seed>-<timestamp>)")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (dotted), repeatable")

@@ -20,6 +20,8 @@ def cmd_train(args) -> int:
         return _resume(args)
     if getattr(args, "seeds", None) is not None:
         return _train_population(args)
+    if getattr(args, "sweep", None):
+        raise ConfigError("--sweep needs --seeds (the seeds of every setting, e.g. --seeds 0)")
     if not args.config:
         raise ConfigError("msrl train needs a CONFIG file or shipped config name (see `msrl configs`), "
                          "or --resume RUN_DIR")
@@ -70,7 +72,15 @@ def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool) -> int:
 
 def _train_population(args) -> int:
     """``msrl train CONFIG --seeds 0-4``: the members in one process (populations.py)."""
-    from .populations import default_population_dir, parse_seeds, population_class, train_population
+    from .populations import (
+        default_population_dir,
+        member_configs,
+        member_settings,
+        parse_seeds,
+        parse_sweep,
+        population_class,
+        train_population,
+    )
     from .training import resolve
 
     if not args.config:
@@ -83,11 +93,14 @@ def _train_population(args) -> int:
         overrides.append(f"device={args.device}")
     cfg = resolve(args.config, None, args.total_timesteps, overrides)
     population_class(cfg, seeds, args.workers)
+    sweep = list(args.sweep or [])
+    k = len(member_configs(cfg, member_settings(seeds, parse_sweep(sweep))))  # every member valid, before writing
     run_dir = args.run_dir or default_population_dir(cfg, seeds)
-    what = (f"training {cfg.algorithm} on {cfg.env.id}, seeds {args.seeds} ({len(seeds)} members in one process, "
+    grid = f", sweep {' '.join(sweep)}" if sweep else ""
+    what = (f"training {cfg.algorithm} on {cfg.env.id}, seeds {args.seeds}{grid} ({k} members in one process, "
             f"{cfg.total_timesteps} steps each)")
-    return _learn_population(lambda: train_population(cfg, seeds, run_dir, progress=not args.quiet), run_dir,
-                             args.quiet, what)
+    return _learn_population(lambda: train_population(cfg, seeds, run_dir, progress=not args.quiet, sweep=sweep),
+                             run_dir, args.quiet, what)
 
 
 def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
@@ -115,9 +128,9 @@ def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
 def _resume(args) -> int:
     run_dir = args.resume
     if args.config or args.set or args.seed is not None or args.total_timesteps is not None \
-            or getattr(args, "seeds", None) is not None:
+            or getattr(args, "seeds", None) is not None or getattr(args, "sweep", None):
         raise ConfigError("--resume RUN_DIR takes the run's own config.yaml; do not pass CONFIG, --set, --seed, "
-                          "--seeds or --total-timesteps with it")
+                          "--seeds, --sweep or --total-timesteps with it")
     from .populations import is_population
     if is_population(run_dir):
         return _resume_population(args, run_dir)

@@ -1,5 +1,6 @@
-"""Population directories: K runs of one config, one per seed, trained in one process
-(``msrl train CONFIG --seeds 0-4``, ``msrl_consistent.train(config, seeds=[...])``).
+"""Population directories: K runs of one config, one per seed (and per setting of a
+hyperparameter grid), trained in one process (``msrl train CONFIG --seeds 0-4 [--sweep
+KEY=V1,V2 ...]``, ``msrl_consistent.train(config, seeds=[...], sweep=[...])``).
 
 A population directory holds ``population.json`` (the members and their seeds),
 ``seed<S>/`` (one ordinary run directory per member: config.yaml with that seed, metrics,
@@ -9,11 +10,14 @@ the population's wall time). The training itself is the algorithm's ``population
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import time
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import yaml
 
 from .config import Config, ConfigError, dump_config, load_config, to_dict
 
@@ -43,6 +47,60 @@ def check_seeds(seeds: Sequence[int], text: str = "") -> None:
         raise ConfigError(f"--seeds {shown}: expected non-negative seeds")
 
 
+SWEEPABLE = ("algo.learning_rate", "algo.clip_range", "algo.ent_coef", "algo.vf_coef", "algo.gamma",
+             "algo.gae_lambda", "algo.max_grad_norm")
+"""The keys ``--sweep`` takes: scalars that are per-member values in the population's graphs
+(or, gamma and gae_lambda, per-member columns of the host-side GAE)."""
+
+
+def parse_sweep(specs: Sequence[str]) -> List[Tuple[str, List[Any]]]:
+    """``["algo.learning_rate=1e-3,3e-4", ...]`` (``algo.`` optional) -> [(key, values)], one
+    axis of the grid each, values read as YAML scalars (``yaml.safe_load``)."""
+    axes: List[Tuple[str, List[Any]]] = []
+    for spec in specs:
+        key, sep, raw = spec.partition("=")
+        key = key.strip()
+        key = key if key.startswith("algo.") else f"algo.{key}"
+        if not sep or not raw.strip():
+            raise ConfigError(f"--sweep {spec}: expected KEY=VALUE,VALUE,... (for example algo.learning_rate=1e-3,3e-4)")
+        if key not in SWEEPABLE:
+            raise ConfigError(f"--sweep {spec}: key '{key}' cannot differ between members; expected one of "
+                              f"{', '.join(SWEEPABLE)}")
+        if key in [k for k, _ in axes]:
+            raise ConfigError(f"--sweep {spec}: key '{key}' is swept twice")
+        try:
+            values = [_number(v) for v in raw.split(",")]
+        except ValueError:
+            values = []
+        if not values or len(set(values)) != len(values):
+            raise ConfigError(f"--sweep {spec}: expected distinct numbers")
+        axes.append((key, values))
+    return axes
+
+
+def _number(text: str) -> Any:
+    """A sweep value: a YAML int or float, or a float in any form Python reads (``1e-3``, which
+    YAML 1.1 reads as a string); ValueError otherwise."""
+    value = yaml.safe_load(text)
+    if isinstance(value, bool):
+        raise ValueError(text)
+    if isinstance(value, (int, float)):
+        return value
+    return float(text)
+
+
+def member_settings(seeds: Sequence[int], axes: Sequence[Tuple[str, List[Any]]]) -> List[Dict[str, Any]]:
+    """Every member's overrides: the grid of ``axes`` (in order, last fastest), each with every seed."""
+    grid = [dict(zip([k for k, _ in axes], vals)) for vals in itertools.product(*[v for _, v in axes])]
+    return [dict(setting, seed=int(s)) for setting in grid for s in seeds]
+
+
+def member_name(setting: Dict[str, Any]) -> str:
+    """A member's directory name: ``seed3``, or ``learning_rate=0.001-clip_range=0.1-seed3``."""
+    parts = [f"{k.rpartition('.')[2]}={v}" for k, v in setting.items() if k != "seed"]
+    return "-".join(parts + [f"seed{setting['seed']}"])
+
+
 def member_dir(run_dir: str, seed: int) -> str:
     return os.path.join(run_dir, f"seed{seed}")
 
@@ -70,6 +128,15 @@ def expand_populations(run_dirs: Sequence[str]) -> List[str]:
     return out
 
 
+def not_a_member(path: str) -> None:
+    """Where one run directory is expected: a population directory is refused (ConfigError)
+    naming its members."""
+    if is_population(path):
+        members = [os.path.basename(d) for d in population_members(path)]
+        raise ConfigError(f"{path} is a population directory; pass one of its members: "
+                          f"{', '.join(os.path.join(path, m) for m in members[:3])}{' ...' if len(members) > 3 else ''}")
+
+
 def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1):
     """The algorithm's population class, after refusing what it cannot train (ConfigError)."""
     from . import registry
@@ -89,22 +156,37 @@ def default_population_dir(cfg: Config, seeds: Sequence[int]) -> str:
     return os.path.join("runs", f"{cfg.algorithm}-{cfg.env.id}-seeds{seeds[0]}-{seeds[-1]}-{stamp}")
 
 
-def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] = None,
-                     progress: bool = False) -> dict:
-    """Train one member per seed of ``cfg`` in one process into ``run_dir`` (new or empty);
-    returns the population summary."""
+def member_configs(cfg: Config, settings: Sequence[Dict[str, Any]]) -> List[Config]:
+    """One validated Config per member (ConfigError names the member's key and value)."""
+    out = []
+    for setting in settings:
+        sets = [f"{k}={v}" for k, v in setting.items()]
+        try:
+            out.append(load_config(None, sets, data=to_dict(cfg)))
+        except ConfigError as exc:
+            raise ConfigError(f"member {member_name(setting)}: {exc}") from None
+    return out
+
+
+def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] = None, progress: bool = False,
+                     sweep: Sequence[str] = ()) -> dict:
+    """Train one member per seed of ``cfg`` (and per setting of the ``sweep`` grid, as
+    ``--sweep``) in one process into ``run_dir`` (new or empty); returns the population summary."""
     from . import registry
     from .checkpoint import atomic_write_text
     from .training import new_run_dir
 
     cls = population_class(cfg, seeds)
-    configs = [load_config(None, [f"seed={s}"], data=to_dict(cfg)) for s in seeds]
+    axes = parse_sweep(sweep)
+    settings = member_settings(seeds, axes)
+    configs = member_configs(cfg, settings)
     run_dir = run_dir or default_population_dir(cfg, seeds)
     created = not os.path.isdir(run_dir)
     with new_run_dir(run_dir):
-        info = {"algorithm": cfg.algorithm, "env": cfg.env.id,
-                "members": [{"run_dir": os.path.basename(member_dir(run_dir, s)), "seed": int(s)} for s in seeds]}
-        dirs = [member_dir(run_dir, s) for s in seeds]
+        names = [member_name(s) for s in settings]
+        info = {"algorithm": cfg.algorithm, "env": cfg.env.id, "sweep": {k: v for k, v in axes},
+                "members": [{"run_dir": name, **setting} for name, setting in zip(names, settings)]}
+        dirs = [os.path.join(run_dir, name) for name in names]
         for d, c in zip(dirs, configs):
             os.makedirs(d)
             atomic_write_text(os.path.join(d, "config.yaml"), dump_config(c))

@@ -50,6 +50,8 @@ def read_run_config(run_dir: str):
 
     path = os.path.join(run_dir, "config.yaml")
     if not os.path.isfile(path):
+        from .populations import not_a_member
+        not_a_member(run_dir)
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml) and not an export directory "
                           f"(no manifest.json)")
     return load_config(path)

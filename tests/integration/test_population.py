@@ -123,10 +123,41 @@ def test_population_command_line(tmp_path):
     assert r.returncode == 0, r.stderr
     r = msrl("train", "--resume", run_dir)
     assert r.returncode == 0 and "already finished" in r.stdout, r.stdout + r.stderr
+    for cmd in (["eval", run_dir], ["export", run_dir, "--out", tmp_path / "x"]):
+        r = msrl(*cmd)
+        assert r.returncode == 2 and "is a population directory; pass one of its members" in r.stderr, r.stderr
     pytest.importorskip("matplotlib")
     from msrl_consistent.plot import plot_runs
     groups = plot_runs([str(run_dir)], str(tmp_path / "curves.png"))
     assert len(groups) == 1 and len(groups[0].curves) == 2  # the population is one band of its seeds
+
+
+def test_sweep_trains_one_member_per_setting(tmp_path):
+    """--sweep: a grid of per-member hyperparameters; each member runs with its own values (the
+    learning rate through the per-member-rate Adam)."""
+    run_dir = tmp_path / "sweep"
+    sets = sum((["--set", s] for s in SMALL["CartPole-v1"] if not s.startswith("total_timesteps")), [])
+    r = msrl("train", "ppo/CartPole-v1", "--seeds", "4", "--sweep", "algo.learning_rate=1e-3,3e-4", "--sweep",
+             "clip_range=0.001,0.3", "--total-timesteps", "256", "--run-dir", run_dir, "--quiet", *sets)
+    assert r.returncode == 0, r.stderr
+    with open(run_dir / "population.json") as fh:
+        info = json.load(fh)
+    names = [m["run_dir"] for m in info["members"]]
+    assert names == ["learning_rate=0.001-clip_range=0.001-seed4", "learning_rate=0.001-clip_range=0.3-seed4",
+                     "learning_rate=0.0003-clip_range=0.001-seed4", "learning_rate=0.0003-clip_range=0.3-seed4"]
+    hashes = set()
+    for m in info["members"]:
+        cfg = load_config(str(run_dir / m["run_dir"] / "config.yaml"))
+        assert (cfg.seed, cfg.algo.learning_rate, cfg.algo.clip_range) == (4, m["algo.learning_rate"],
+                                                                          m["algo.clip_range"])
+        with open(run_dir / m["run_dir"] / "metrics.jsonl") as fh:
+            train = [json.loads(line) for line in fh if '"kind": "train"' in line]
+        # the linear schedules of the member's own values, at the first update (remaining 1 - 128/256)
+        assert train[0]["learning_rate"] == pytest.approx(cfg.algo.learning_rate * 0.5)
+        assert train[0]["clip_range"] == pytest.approx(cfg.algo.clip_range * 0.5)
+        with open(run_dir / m["run_dir"] / "summary.json") as fh:
+            hashes.add(json.load(fh)["params_sha256"])
+    assert len(hashes) == 4
 
 
 @pytest.mark.parametrize("args, message", [
@@ -137,10 +168,14 @@ def test_population_command_line(tmp_path):
     (["sac/Pendulum-v1", "--seeds", "0-1"], "sac has no population training"),
     (["ppo/CartPole-v1", "--seeds", "0-1", "--set", "algo.target_kl=0.01"], "key 'algo.target_kl'"),
     (["ppo/Pendulum-v1-gsde", "--seeds", "0-1"], "key 'algo.use_sde'"),
+    (["ppo/CartPole-v1", "--seeds", "0", "--sweep", "algo.n_steps=16,32"], "key 'algo.n_steps' cannot differ"),
+    (["ppo/CartPole-v1", "--seeds", "0", "--sweep", "learning_rate=-1,1e-3"],
+     "member learning_rate=-1-seed0:|key 'algo.learning_rate' has value -1"),
+    (["ppo/CartPole-v1", "--sweep", "learning_rate=1e-3,3e-4"], "--sweep needs --seeds"),
 ])
 def test_population_refusals_name_the_problem(tmp_path, args, message):
     run_dir = tmp_path / "pop"
     r = msrl("train", *args, "--run-dir", run_dir)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert message in r.stderr and "Traceback" not in r.stderr
+    assert all(part in r.stderr for part in message.split("|")) and "Traceback" not in r.stderr, r.stderr
     assert not run_dir.exists()
