@@ -312,7 +312,11 @@ class OffPolicyAlgorithm(Algorithm):
                 # RunContext.after_iteration costs ~1 ms (tensorboard + jsonl), as much as a small update.
                 step = self.num_timesteps
                 if (step - last_log >= c.log_interval or step >= cfg.total_timesteps
-                        or self.stop_requested is not None  # a signal: checkpoint after this round
+                        # a signal: checkpoint after this round. Data parallel: only at the log points
+                        # every rank reaches together (each rank sees a forwarded signal at its own
+                        # moment; a rank entering after_iteration's collective alone would meet the
+                        # others' gradient all-reduce)
+                        or (self.stop_requested is not None and not self.dist.enabled)
                         or (run.next_eval is not None and step >= run.next_eval)
                         or (run.next_ckpt is not None and step >= run.next_ckpt)):
                     run.after_iteration(_mean_stats(pending))

@@ -8,7 +8,7 @@ For each K: K PPO members of the config (seeds 0..K-1) in one population; the up
 on synthetic rollouts of the config's sizes (every epoch and minibatch of one rollout), the acting
 call on random observations. Each round times the population's call next to one member's own
 call (its PPOUpdatePhase / its rollout cell), alternating which goes first; medians of the
-paired ratios. ``agent-steps per single step`` = K / (population call / single call): how many
+paired ratios. ``member-steps per single step`` = K / (population call / single call): how many
 members' work one population call does in the time of one member's.
 """
 import argparse
@@ -121,8 +121,8 @@ def main():
         u, a = measure(args, k)
         rows.append((k, u, k / u, a, k / a))
         print(f"K={k}: update {u:.2f}x, acting {a:.2f}x", file=sys.stderr, flush=True)
-    print("| K | update phase / one member's | agent-steps per single step (update) | acting call / one member's | "
-          "agent-steps per single call (acting) |")
+    print("| K | update phase / one member's | member-steps per single step (update) | acting call / one member's | "
+          "member-steps per single call (acting) |")
     print("| --- | --- | --- | --- | --- |")
     for k, u, ue, a, ae in rows:
         print(f"| {k} | {u:.2f} | {ue:.2f} | {a:.2f} | {ae:.2f} |")

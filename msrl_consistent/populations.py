@@ -174,7 +174,7 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
     ``--sweep``) in one process into ``run_dir`` (new or empty); returns the population summary."""
     from . import registry
     from .checkpoint import atomic_write_text
-    from .training import new_run_dir
+    from .runlock import new_run_dir
 
     cls = population_class(cfg, seeds)
     axes = parse_sweep(sweep)

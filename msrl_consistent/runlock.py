@@ -85,3 +85,16 @@ def hold(run_dir: str) -> Iterator[None]:
 def held_env(run_dir: str, environ: Dict[str, str]) -> Dict[str, str]:
     """``environ`` for the workers of a data-parallel launcher that holds ``run_dir``'s lock."""
     return dict(environ, **{HELD_ENV: _key(run_dir)})
+
+
+@contextlib.contextmanager
+def new_run_dir(run_dir: str):
+    """Create ``run_dir`` (it must be new or empty) and hold its lock for the block."""
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
+        raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run directory")
+    os.makedirs(run_dir, exist_ok=True)
+    with hold(run_dir):
+        if set(os.listdir(run_dir)) - {LOCK_FILE}:
+            raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run "
+                              f"directory")
+        yield

@@ -9,7 +9,6 @@ summary.json), so ``msrl eval``/``export``/``plot`` and ``runtime.load_policy`` 
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from typing import Optional, Sequence, Union
@@ -52,7 +51,7 @@ def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Op
     docs/populations.md), and with ``sweep`` (``["algo.learning_rate=1e-3,3e-4", ...]``, as
     ``--sweep``) one per seed and setting of the grid: ``run_dir`` then holds ``population.json``
     and one run directory per member (``seed<S>/``), and the population summary is returned."""
-    from . import registry
+    from . import registry, runlock
     from .checkpoint import atomic_write_text
 
     cfg = resolve(config, seed, total_timesteps, overrides)
@@ -62,20 +61,6 @@ def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Op
     if sweep:
         raise ConfigError("sweep needs seeds (the seeds of every setting, e.g. seeds=[0])")
     run_dir = run_dir or default_run_dir(cfg)
-    with new_run_dir(run_dir):
+    with runlock.new_run_dir(run_dir):
         atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
         return registry.get(cfg.algorithm)(cfg).learn(run_dir, progress=progress)
-
-
-@contextlib.contextmanager
-def new_run_dir(run_dir: str):
-    """Create ``run_dir`` (it must be new or empty) and hold its lock for the block."""
-    from . import runlock
-    if os.path.isdir(run_dir) and os.listdir(run_dir):
-        raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run directory")
-    os.makedirs(run_dir, exist_ok=True)
-    with runlock.hold(run_dir):
-        if set(os.listdir(run_dir)) - {runlock.LOCK_FILE}:
-            raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another run "
-                              f"directory")
-        yield

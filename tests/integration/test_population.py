@@ -32,6 +32,7 @@ def _hashes(run_dir, seeds):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id):
     """After training, the population's acting graph (zero noise: the distribution's mode) gives each
@@ -61,6 +62,7 @@ def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id)
     assert report["rollouts"]["identical_episodes"] == 2
 
 
+@pytest.mark.slow
 def test_population_is_reproducible_and_resumes_exactly(tmp_path):
     cfg = _config("CartPole-v1", ["checkpoint.freq=128"])
     seeds = [0, 1]
@@ -110,6 +112,7 @@ def test_population_is_reproducible_and_resumes_exactly(tmp_path):
         resume_population(broken)
 
 
+@pytest.mark.slow
 def test_population_command_line(tmp_path):
     run_dir = tmp_path / "pop"
     sets = sum((["--set", s] for s in SMALL["CartPole-v1"] if not s.startswith("total_timesteps")), [])
@@ -132,6 +135,7 @@ def test_population_command_line(tmp_path):
     assert len(groups) == 1 and len(groups[0].curves) == 2  # the population is one band of its seeds
 
 
+@pytest.mark.slow
 def test_sweep_trains_one_member_per_setting(tmp_path):
     """--sweep: a grid of per-member hyperparameters; each member runs with its own values (the
     learning rate through the per-member-rate Adam)."""
