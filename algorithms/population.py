@@ -45,7 +45,7 @@ from .population_cells import (
     stacked_pairs,
     supported_distribution,
 )
-from .ppo_update import STAT_NAMES, minibatch_indices
+from .ppo_update import STAT_NAMES, explained_variance, minibatch_indices
 from .run import RunContext, TrainingInterrupted
 
 
@@ -232,9 +232,7 @@ class PPOPopulation:
     def _interrupt(self, runs: List[RunContext], signum: int) -> None:
         """Every member checkpoints the same step, then TrainingInterrupted names the population."""
         for run in runs:
-            step = run.algo.num_timesteps
-            path = run.save_periodic(step)
-            run.logger.event(step, event="interrupted", signal=int(signum), checkpoint=path)
+            run.checkpoint_interrupted(signum)
         raise TrainingInterrupted(signum, self.run_dir)
 
     def train(self, buf) -> List[Dict[str, float]]:
@@ -270,9 +268,8 @@ class PPOPopulation:
         out = []
         for i, m in enumerate(members):
             res = {name: float(v) for name, v in zip(STAT_NAMES, stats[:, i, :].mean(0))}
-            ret, val = data["returns"][i * n:(i + 1) * n], data["values"][i * n:(i + 1) * n]
-            var_ret = np.var(ret)
-            res["explained_variance"] = float(1.0 - np.var(ret - val) / var_ret) if var_ret else float("nan")
+            res["explained_variance"] = explained_variance(data["returns"][i * n:(i + 1) * n],
+                                                           data["values"][i * n:(i + 1) * n])
             res["learning_rate"] = float(rates[i])
             res["clip_range"] = float(clips[i, 0])
             res["epochs"] = c.n_epochs

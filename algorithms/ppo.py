@@ -27,7 +27,7 @@ from msrl_consistent.optim import Adam
 from .algorithm import register, schedule_value
 from .on_policy import OnPolicyAlgorithm
 from .population import PPOPopulation
-from .ppo_update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, kl_threshold, minibatch_indices
+from .ppo_update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, explained_variance, kl_threshold, minibatch_indices
 
 
 @dataclass
@@ -301,9 +301,7 @@ class PPO(OnPolicyAlgorithm):
         else:
             stats, epochs = self._train_per_minibatch(data, lr, clip)
         res = {k: float(v) for k, v in zip(STAT_NAMES, np.mean(stats, axis=0))}
-        var_ret = np.var(data["returns"])
-        explained = 1.0 - np.var(data["returns"] - data["values"]) / var_ret if var_ret else float("nan")
-        res["explained_variance"] = float(explained)
+        res["explained_variance"] = explained_variance(data["returns"], data["values"])
         res["learning_rate"] = lr
         res["clip_range"] = clip
         res["epochs"] = epochs

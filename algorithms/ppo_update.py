@@ -151,3 +151,10 @@ def minibatch_indices(rng: np.random.Generator, n: int, batch_size: int, n_epoch
 
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
+
+
+def explained_variance(returns: np.ndarray, values: np.ndarray) -> float:
+    """1 - Var(returns - values) / Var(returns) of one rollout (SB3's explained_variance; NaN
+    when the returns do not vary)."""
+    var_ret = np.var(returns)
+    return float(1.0 - np.var(returns - values) / var_ret) if var_ret else float("nan")

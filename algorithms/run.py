@@ -121,13 +121,18 @@ class RunContext:
         return path
 
     def interrupt(self, signum: int) -> None:
+        raise TrainingInterrupted(signum, self.checkpoint_interrupted(signum))
+
+    def checkpoint_interrupted(self, signum: int) -> str:
+        """The checkpoint of an interruption at this step, its ``interrupted`` event (and rank
+        status); returns the checkpoint's path."""
         step = self.algo.num_timesteps
         path = self.save_periodic(step)
         self.logger.event(step, event="interrupted", signal=int(signum), checkpoint=path)
         if self.algo.dist.enabled:
             self.write_rank_status("interrupted", signal=int(signum), checkpoint=path,
                                    params_sha256=self.algo.params_hash())
-        raise TrainingInterrupted(signum, path)
+        return path
 
     def check_finite(self, step: int, stats: Dict[str, float]) -> None:
         """Stop on a non-finite loss, gradient norm or parameter, before anything is saved."""

@@ -55,7 +55,7 @@ SWEEPABLE = ("algo.learning_rate", "algo.clip_range", "algo.ent_coef", "algo.vf_
 
 def parse_sweep(specs: Sequence[str]) -> List[Tuple[str, List[Any]]]:
     """``["algo.learning_rate=1e-3,3e-4", ...]`` (``algo.`` optional) -> [(key, values)], one
-    axis of the grid each, values read as YAML scalars (``yaml.safe_load``)."""
+    axis of the grid each, values read as numbers (``_number``)."""
     axes: List[Tuple[str, List[Any]]] = []
     for spec in specs:
         key, sep, raw = spec.partition("=")
@@ -102,7 +102,8 @@ def member_name(setting: Dict[str, Any]) -> str:
 
 
 def member_dir(run_dir: str, seed: int) -> str:
-    return os.path.join(run_dir, f"seed{seed}")
+    """The directory of the member of ``seed`` in a population of seeds only."""
+    return os.path.join(run_dir, member_name({"seed": seed}))
 
 
 def is_population(run_dir: str) -> bool:
