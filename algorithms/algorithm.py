@@ -21,6 +21,7 @@ from msrl_consistent import checkpoint as ckpt
 from msrl_consistent import runlock
 from msrl_consistent.checkpoint import load_agent_parameters
 from msrl_consistent.config import Config, ConfigError, load_config, to_dict
+from msrl_consistent.deploy.recurrent import RecurrentState
 from msrl_consistent.determinism import configure_mindspore, params_sha256, seed_everything
 from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.envs import env_spec
@@ -96,9 +97,20 @@ class Algorithm:
             self.agent.normalizer.set_stats(self.obs_rms)
 
     def evaluate(self, episodes: int, seed: int) -> Tuple[List[float], List[int]]:
-        """``episodes`` seeded episodes of the policy cell, side by side: one graph call per step."""
-        res = run_episodes_batched(self.cfg.env, self.act_deterministic, episodes, seed, self.spec.frame_stack)
+        """``episodes`` seeded episodes of the policy cell, side by side: one graph call per step
+        (a recurrent cell with each env's state carried and reset where its episode ended)."""
+        act, reset = self.act_deterministic, None
+        if getattr(self.agent, "recurrent", False):
+            state = RecurrentState(self.agent.lstm_actor.hidden)
+            act, reset = (lambda obs: self._act_carried(state, obs)), state.reset
+        res = run_episodes_batched(self.cfg.env, act, episodes, seed, self.spec.frame_stack, reset)
         return res["returns"], res["lengths"]
+
+    def _act_carried(self, state: RecurrentState, obs: np.ndarray) -> np.ndarray:
+        h, c, starts = state.inputs(obs.shape[0])
+        action, h, c = self._policy_fn(Tensor(np.asarray(obs, np.float32)), Tensor(h), Tensor(c), Tensor(starts))
+        state.update(h.asnumpy(), c.asnumpy())
+        return action.asnumpy()
 
     # -- state ---------------------------------------------------------------------------
     def parameters(self) -> Dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ from msrl_consistent.fastcall import FastCall
 from msrl_consistent.normalization import RewardNormalizer
 
 from .algorithm import Algorithm
+from .recurrent import Carry, SequenceBuffer
 from .run import RunContext
 
 
@@ -30,13 +31,13 @@ class PackedRollout(nn.Cell):
         super().__init__()
         self.cell = cell
 
-    def construct(self, obs, noise):
-        outs = self.cell(obs, noise)
+    def construct(self, obs, *rest):
+        outs = self.cell(obs, *rest)  # (noise), or a recurrent cell's (state, episode_start, noise)
         env_a, a, logp, v = outs[0], outs[1], outs[2], outs[3]
         n = obs.shape[0]
         parts = [env_a.astype(ms.float32).reshape((n, -1)), a.astype(ms.float32).reshape((n, -1)),
                  logp.reshape((n, 1)), v.reshape((n, 1))]
-        if len(outs) == 5:  # the rows the buffer stores instead of the observations (PPO: preprocessed frames)
+        if len(outs) == 5:  # the rows the buffer stores instead of the observations (preprocessed frames), or the next state
             parts.append(outs[4])
         return ops.concat(parts, 1)
 
@@ -65,6 +66,10 @@ class OnPolicyAlgorithm(Algorithm):
     rollout_features: int = 0
     """> 0: the rollout cell's fifth output has this width and the buffer stores it instead of the
     observations (PPO's preprocessed image frames)."""
+
+    state_dim: int = 0
+    """> 0: the policy is recurrent; the rollout cell takes (obs, state, episode_start, noise) and its
+    fifth output is the next state of this width (recurrent.py: Carry, SequenceBuffer)."""
 
     distribution: Distribution
     """The action distribution (set in ``build``): its ``noise`` is what the rollout graph samples with."""
@@ -107,8 +112,14 @@ class OnPolicyAlgorithm(Algorithm):
         n_envs = venv.num_envs
         act_shape = self.spec.action_shape
         stored = self.rollout_features
-        buf = RolloutBuffer(self.n_steps, n_envs, stored or self.spec.obs_dim, act_shape, self.spec.discrete,
-                            np.dtype(np.float32 if stored else self.spec.input_dtype))
+        obs_dtype = np.dtype(np.float32 if stored else self.spec.input_dtype)
+        carry = Carry(n_envs, self.state_dim) if self.state_dim else None
+        if carry is None:
+            buf = RolloutBuffer(self.n_steps, n_envs, stored or self.spec.obs_dim, act_shape, self.spec.discrete,
+                                obs_dtype)
+        else:
+            buf = SequenceBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete, obs_dtype,
+                                 self.state_dim)
         # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed)
         stack = FrameStack(self.spec.frame_stack, self.spec.frame_dim) if self.spec.frame_stack > 1 else None
         steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
@@ -125,10 +136,17 @@ class OnPolicyAlgorithm(Algorithm):
         try:
             while self.num_timesteps < cfg.total_timesteps:
                 buf.reset()
+                if carry is not None:
+                    carry.begin(buf)
                 for t in range(self.n_steps):
                     t0 = clock()
-                    packed = self._rollout_fn(Tensor(obs), Tensor(self.step_noise(t, n_envs))).asnumpy()
+                    noise = self.step_noise(t, n_envs)
+                    inputs = (Tensor(obs), Tensor(noise)) if carry is None else carry.inputs(obs, noise)
+                    packed = self._rollout_fn(*inputs).asnumpy()
                     env_a, a, logp, v, rows = unpack_rollout(packed, act_shape, self.spec.discrete)
+                    if carry is not None:  # the fifth output is the next state, not rows to store
+                        carry.acted(buf, t, rows)
+                        rows = None
                     t1 = clock()
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
                     if stack is not None:
@@ -143,7 +161,9 @@ class OnPolicyAlgorithm(Algorithm):
                         idx = np.nonzero(trunc & ~term)[0]
                         if idx.size:
                             # the whole batch: one graph shape (a subset would compile a graph per size)
-                            buf.set_final_values(t, idx, self.values_of(real_next)[idx])
+                            final = self.values_of(real_next) if carry is None else \
+                                carry.final_values(self._value_fn, real_next)
+                            buf.set_final_values(t, idx, final[idx])
                     self.num_timesteps += steps_per_vector_step
                     ep_ret += rew
                     ep_len += 1
@@ -151,12 +171,15 @@ class OnPolicyAlgorithm(Algorithm):
                         run.episode_done(float(ep_ret[i]), int(ep_len[i]))
                         ep_ret[i], ep_len[i] = 0.0, 0
                     obs = next_obs
+                    if carry is not None:
+                        carry.stepped(term | trunc)
                     phases["env"] += t2 - t1
                     phases["acting"] += clock() - t2 + (t1 - t0)
                 t0 = clock()
                 if self.obs_rms is not None:  # every rank's rollout, merged in rank order
                     self.obs_rms.update(self.dist.allgather(buf.obs))
-                buf.compute(self.values_of(obs), self.gamma, self.gae_lambda)
+                last = self.values_of(obs) if carry is None else carry.values(self._value_fn, obs)
+                buf.compute(last, self.gamma, self.gae_lambda)
                 stats = self.train(buf)
                 # New statistics take effect after the update: frozen during a rollout and its update.
                 self.sync_normalizer()

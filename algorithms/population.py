@@ -57,7 +57,8 @@ class PPOPopulation:
         """Refuse, naming the key, a config whose members a population cannot train yet."""
         c, pc, ec = cfg.algo, cfg.policy, cfg.env
         refused = [("algo.target_kl", c.target_kl is not None, "null"), ("algo.use_sde", c.use_sde, "false"),
-                   ("policy.shared", pc.shared, "false"), ("env.frame_stack", ec.frame_stack > 1, "1")]
+                   ("policy.shared", pc.shared, "false"), ("env.frame_stack", ec.frame_stack > 1, "1"),
+                   ("policy.recurrent", pc.recurrent, "false")]
         for key, bad, expected in refused:
             if bad:
                 raise ConfigError(f"--seeds: key '{key}' is not supported in a population yet (expected {expected})")

@@ -13,7 +13,7 @@ from typing import ClassVar, Dict, Literal, Optional
 
 import mindspore as ms
 import numpy as np
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, nn
 
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check, ConfigError
 from msrl_consistent.distributed import current as current_dist
@@ -21,13 +21,19 @@ from msrl_consistent.distributions import action_distribution
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks.agents import Agent
 from msrl_consistent.networks.encoders import obs_encoder, with_encoder
+from msrl_consistent.networks.heads import make_head
+from msrl_consistent.networks.lstm import LSTM, RecurrentPolicyCell
 from msrl_consistent.networks.mlp import MLP, Chain, dense
 from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value
 from .on_policy import OnPolicyAlgorithm
 from .population import PPOPopulation
-from .ppo_update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, explained_variance, kl_threshold, minibatch_indices
+from .ppo_update import STAT_NAMES, ClippedObjective, PPOTrainStep, PPOUpdatePhase, explained_variance, kl_threshold, minibatch_indices
+from .recurrent import RecurrentPPOLoss, RecurrentRollout, RecurrentValue, check_recurrent, sequence_minibatch
+
+DATA_KEYS = ("obs", "actions", "log_probs", "advantages", "returns", "values")
+"""The rollout arrays the loss takes, in its order (a recurrent loss adds two)."""
 
 
 @dataclass
@@ -91,12 +97,20 @@ class ActorCriticAgent(Agent):
     (last hidden size, action dim) matrix, as SB3's full_std gSDE.
     """
     squash = False
+    recurrent_support = True
 
     def __init__(self, cfg, spec, rng: np.random.Generator):
         super().__init__(cfg, spec)
         pc = cfg.policy
         encoder, obs_dim = obs_encoder(spec, rng, pc, cfg.device)  # one-hot / Dict keys / image CNN, inside the cell
         out = spec.logits_dim
+        self.recurrent = bool(pc.recurrent)
+        self.obs_encoder = None
+        if self.recurrent:  # the encoder, then an actor and a critic LSTM, then the networks (recurrent.py)
+            check_recurrent(cfg, spec)
+            self.lstm_actor = LSTM(rng, obs_dim, pc.lstm_hidden_size)
+            self.lstm_critic = LSTM(rng, obs_dim, pc.lstm_hidden_size)
+            self.obs_encoder, encoder, obs_dim = encoder, None, pc.lstm_hidden_size
         self.use_sde = bool(getattr(cfg.algo, "use_sde", False))
         if self.use_sde and spec.discrete:
             raise ConfigError(f"key 'algo.use_sde' is true, but gSDE needs a Box (continuous) action space; "
@@ -127,6 +141,19 @@ class ActorCriticAgent(Agent):
         if not spec.discrete:
             shape = (latent_dim, out) if self.use_sde else (out,)
             self.log_std = Parameter(Tensor(np.full(shape, pc.log_std_init, np.float32)), name="log_std")
+
+    def policy_cell(self):
+        if not self.recurrent:
+            return super().policy_cell()
+        return RecurrentPolicyCell(self.normalizer, self.obs_encoder, self.lstm_actor, self.actor,
+                                   make_head(self.spec, self.squash))
+
+    def encode(self, obs):
+        """A recurrent policy's LSTM input: the normalized row, encoded (one-hot, Dict keys)."""
+        x = self.normalizer(obs)
+        if self.obs_encoder is not None:
+            x = self.obs_encoder(x)
+        return x
 
     def distribution(self):
         """The action distribution (distributions.action_distribution): one object per graph that samples
@@ -202,10 +229,8 @@ class ValueCell(nn.Cell):
 
 
 class PPOLoss(nn.Cell):
-    """The whole PPO loss; returns (loss, policy loss, value loss, entropy, approx KL, clip fraction).
-
-    With ``ent_coef == 0`` the entropy is reported but not differentiated (``pg - 0 * ent`` is
-    ``pg``: the same parameters, one gradient branch fewer)."""
+    """The whole PPO loss; returns (loss, policy loss, value loss, entropy, approx KL, clip fraction):
+    one forward pass for both heads, then ppo_update.ClippedObjective."""
 
     def __init__(self, agent, c: PPOConfig):
         super().__init__()
@@ -213,34 +238,14 @@ class PPOLoss(nn.Cell):
         self.dist = agent.distribution()
         self.features_in = agent.preencode  # obs are the rollout cell's preprocessed image rows
         self.on_features = agent.preencode or agent.encoded  # the heads sit on the encoder's features
-        self.normalize_advantage = c.normalize_advantage
-        self.clip_vf = c.clip_range_vf is not None
-        self.ent_coef = float(c.ent_coef)
-        self.vf_coef = float(c.vf_coef)
+        self.objective = ClippedObjective(c)
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
         x = self.agent.features(obs, self.features_in)  # one encoder pass (and one backward) for both heads
         values = self.agent.value(x, self.on_features)
         log_prob, entropy = self.dist.log_prob_entropy(self.agent.dist_params(x, self.on_features), actions)
-        if self.normalize_advantage and advantages.shape[0] > 1:  # SB3 skips it for a 1-sample minibatch
-            n = advantages.shape[0]
-            centered = advantages - advantages.mean()
-            std = ops.sqrt((centered * centered).sum() / (n - 1))  # unbiased, as torch.std
-            advantages = centered / (std + 1e-8)
-        log_ratio = log_prob - old_log_prob
-        ratio = ops.exp(log_ratio)
-        clipped_ratio = ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)
-        policy_loss = -ops.minimum(advantages * ratio, advantages * clipped_ratio).mean()
-        if self.clip_vf:
-            values = old_values + ops.clip_by_value(values - old_values, -clip_range_vf, clip_range_vf)
-        value_loss = ((returns - values) ** 2).mean()
-        if self.ent_coef != 0.0:
-            loss = policy_loss - self.ent_coef * entropy + self.vf_coef * value_loss
-        else:
-            loss = policy_loss + self.vf_coef * value_loss
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()  # http://joschu.net/blog/kl-approx.html
-        clip_fraction = (ops.abs(ratio - 1.0) > clip_range).astype(ms.float32).mean()
-        return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction
+        return self.objective(values, log_prob, entropy, old_log_prob, advantages, returns, old_values, clip_range,
+                              clip_range_vf)
 
 
 @register
@@ -263,18 +268,29 @@ class PPO(OnPolicyAlgorithm):
         if c.normalize_advantage and c.batch_size < 2:
             raise ConfigError("key 'algo.batch_size' must be >= 2 when algo.normalize_advantage is true")
         self.distribution = self.agent.distribution()
-        self.rollout_cell = PreEncodedRollout(self.agent) if self.agent.preencode else PPORollout(self.agent)
-        # width of the rows the buffer stores instead of the observations (the preprocessed frames)
-        self.rollout_features = self.agent.actor.first.preprocessed_dim if self.agent.preencode else 0
-        self.value_cell = ValueCell(self.agent)
+        self.recurrent = self.agent.recurrent
+        if self.recurrent:  # minibatches of whole env sequences (recurrent.py)
+            rows, self.minibatch_rows = self.cfg.env.n_envs, sequence_minibatch(self.cfg)
+            self.state_dim = 4 * self.agent.lstm_actor.hidden
+            self.rollout_cell, self.value_cell = RecurrentRollout(self.agent), RecurrentValue(self.agent)
+            loss = RecurrentPPOLoss(self.agent, c, c.n_steps)
+            self.data_keys = DATA_KEYS + ("episode_starts", "state0")
+        else:
+            rows, self.minibatch_rows = rollout, c.batch_size
+            self.rollout_cell = PreEncodedRollout(self.agent) if self.agent.preencode else PPORollout(self.agent)
+            # width of the rows the buffer stores instead of the observations (the preprocessed frames)
+            self.rollout_features = self.agent.actor.first.preprocessed_dim if self.agent.preencode else 0
+            self.value_cell = ValueCell(self.agent)
+            loss = PPOLoss(self.agent, c)
+            self.data_keys = DATA_KEYS
         self.optimizer = Adam(self.agent.trainable_params(), learning_rate=c.learning_rate, eps=c.adam_eps)
         self.optimizers = {"adam": self.optimizer}
-        self.step_cell = PPOTrainStep(PPOLoss(self.agent, c), self.optimizer, c.max_grad_norm, self.dist.world,
+        self.step_cell = PPOTrainStep(loss, self.optimizer, c.max_grad_norm, self.dist.world,
                                       early_stop=c.target_kl is not None)
         # One graph call per update phase; data-parallel runs keep one call per minibatch (their
         # target_kl decision averages approx KL over the ranks on the host).
         self.fused = self.dist.world == 1
-        self.phase_cell = PPOUpdatePhase(self.step_cell, c.n_epochs, rollout, c.batch_size) if self.fused else None
+        self.phase_cell = PPOUpdatePhase(self.step_cell, c.n_epochs, rows, self.minibatch_rows) if self.fused else None
         self._phase_fn = FastCall(self.phase_cell) if self.fused else None
 
     def step_noise(self, t: int, n: int) -> np.ndarray:
@@ -295,7 +311,7 @@ class PPO(OnPolicyAlgorithm):
         remaining = max(1.0 - self.num_timesteps / self.cfg.total_timesteps, 0.0)
         lr = schedule_value(c.learning_rate, c.lr_schedule, remaining)
         clip = schedule_value(c.clip_range, c.clip_range_schedule, remaining)
-        data = buf.flat()
+        data = buf.sequences() if self.recurrent else buf.flat()
         if self.fused:
             stats, epochs = self._train_fused(data, lr, clip)
         else:
@@ -314,12 +330,11 @@ class PPO(OnPolicyAlgorithm):
         c: PPOConfig = self.cfg.algo
         n = data["obs"].shape[0]
         rng_state = self.rng.bit_generator.state
-        full, tail = minibatch_indices(self.rng, n, c.batch_size, c.n_epochs)
+        full, tail = minibatch_indices(self.rng, n, self.minibatch_rows, c.n_epochs)
         stats, n_run = self._phase_fn(
-            Tensor(data["obs"]), Tensor(data["actions"]), Tensor(data["log_probs"]), Tensor(data["advantages"]),
-            Tensor(data["returns"]), Tensor(data["values"]), Tensor(full), Tensor(tail), Tensor(lr, ms.float32),
-            Tensor(clip, ms.float32), Tensor(c.clip_range_vf or 0.0, ms.float32),
-            Tensor(kl_threshold(c.target_kl), ms.float32))
+            Tensor(full), Tensor(tail), Tensor(lr, ms.float32), Tensor(clip, ms.float32),
+            Tensor(c.clip_range_vf or 0.0, ms.float32), Tensor(kl_threshold(c.target_kl), ms.float32),
+            *(Tensor(data[k]) for k in self.data_keys))
         n_run = int(n_run.asnumpy())
         stats = stats.asnumpy()[:n_run]
         epochs = (n_run - 1) // self.phase_cell.per_epoch_all + 1
@@ -346,12 +361,9 @@ class PPO(OnPolicyAlgorithm):
         stats = []
         for epoch in range(c.n_epochs):
             perm = self.rng.permutation(n)
-            for start in range(0, n, c.batch_size):
-                idx = perm[start:start + c.batch_size]
-                s = self.step_cell(Tensor(data["obs"][idx]), Tensor(data["actions"][idx]),
-                                   Tensor(data["log_probs"][idx]), Tensor(data["advantages"][idx]),
-                                   Tensor(data["returns"][idx]), Tensor(data["values"][idx]), clip_t, clip_vf_t,
-                                   kl_t).asnumpy()
+            for start in range(0, n, self.minibatch_rows):
+                idx = perm[start:start + self.minibatch_rows]
+                s = self.step_cell(clip_t, clip_vf_t, kl_t, *(Tensor(data[k][idx]) for k in self.data_keys)).asnumpy()
                 stats.append(s)
                 # s[4] is the ranks' mean approx KL: every rank takes the same decision
                 if s[4] > threshold:  # the step was not applied; the phase ends (SB3's target_kl)

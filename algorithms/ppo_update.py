@@ -39,10 +39,11 @@ class PPOTrainStep(nn.Cell):
             self.all_reduce = ops.AllReduce()
             self.world = float(world)
 
-    def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf,
-                  kl_threshold):
-        (loss, pg, vl, ent, kl, cf), grads = self.grad_fn(obs, actions, old_log_prob, advantages, returns,
-                                                          old_values, clip_range, clip_range_vf)
+    def construct(self, clip_range, clip_range_vf, kl_threshold, *data):
+        """``data``: the minibatch's arrays in the loss's order (PPOLoss: obs, actions, old
+        log-probs, advantages, returns, old values; the recurrent loss adds its sequences' episode
+        starts and initial state)."""
+        (loss, pg, vl, ent, kl, cf), grads = self.grad_fn(*data, clip_range, clip_range_vf)
         grads = self.rank_mean(grads)
         if self.distributed:
             kl = self.all_reduce(kl) / self.world
@@ -60,15 +61,55 @@ class PPOTrainStep(nn.Cell):
         self.optimizer(tuple(g * coef for g in grads))
 
 
+class ClippedObjective(nn.Cell):
+    """PPO's objective from the loss's forward pass: (values, log-probs, entropy) of a minibatch
+    and its rollout arrays -> (loss, policy loss, value loss, entropy, approx KL, clip fraction).
+
+    Advantages normalized per minibatch (unbiased std, as torch.std; skipped for one sample, as
+    SB3), the clipped surrogate, optional value clipping around the old values. With
+    ``ent_coef == 0`` the entropy is reported but not differentiated (``pg - 0 * ent`` is
+    ``pg``: the same parameters, one gradient branch fewer)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.normalize_advantage = c.normalize_advantage
+        self.clip_vf = c.clip_range_vf is not None
+        self.ent_coef = float(c.ent_coef)
+        self.vf_coef = float(c.vf_coef)
+
+    def construct(self, values, log_prob, entropy, old_log_prob, advantages, returns, old_values, clip_range,
+                  clip_range_vf):
+        if self.normalize_advantage and advantages.shape[0] > 1:
+            n = advantages.shape[0]
+            centered = advantages - advantages.mean()
+            std = ops.sqrt((centered * centered).sum() / (n - 1))
+            advantages = centered / (std + 1e-8)
+        log_ratio = log_prob - old_log_prob
+        ratio = ops.exp(log_ratio)
+        clipped_ratio = ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)
+        policy_loss = -ops.minimum(advantages * ratio, advantages * clipped_ratio).mean()
+        if self.clip_vf:
+            values = old_values + ops.clip_by_value(values - old_values, -clip_range_vf, clip_range_vf)
+        value_loss = ((returns - values) ** 2).mean()
+        if self.ent_coef != 0.0:
+            loss = policy_loss - self.ent_coef * entropy + self.vf_coef * value_loss
+        else:
+            loss = policy_loss + self.vf_coef * value_loss
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()  # http://joschu.net/blog/kl-approx.html
+        clip_fraction = (ops.abs(ratio - 1.0) > clip_range).astype(ms.float32).mean()
+        return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction
+
+
 class PPOUpdatePhase(nn.Cell):
     """Every epoch and minibatch of one update phase in one graph call.
 
-    Inputs: the rollout arrays, the minibatch indices of the whole phase (drawn on the host from
+    Inputs: the minibatch indices of the whole phase (drawn on the host from
     the run's Generator exactly as the per-minibatch loop draws them: one permutation per epoch,
     consecutive slices of batch_size) as ``full`` (n_epochs * full minibatches per epoch,
     batch_size) and, when the rollout is not a multiple of batch_size, ``tail`` (n_epochs, rest)
     for each epoch's shorter last minibatch; the learning rate, clip ranges and the target_kl
-    threshold. A native ``while`` over a Tensor counter compiles to a real loop whose body is
+    threshold; then the rollout arrays in the loss's order, indexed on their first axis (rows;
+    a recurrent policy's envs). A native ``while`` over a Tensor counter compiles to a real loop whose body is
     PPOTrainStep (a Python range would unroll); a Tensor ``if`` chooses the full-size or the
     tail-size step, each with its own static shapes, so every minibatch runs exactly the graph
     the per-minibatch loop runs (parameters bit-identical, tested). With target_kl, the
@@ -86,14 +127,10 @@ class PPOUpdatePhase(nn.Cell):
         self.total = n_epochs * self.per_epoch_all
         self.early_stop = step.early_stop
 
-    def minibatch(self, b, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf,
-                  kl_threshold):
-        return self.step(ops.gather(obs, b, 0), ops.gather(actions, b, 0), ops.gather(old_log_prob, b, 0),
-                         ops.gather(advantages, b, 0), ops.gather(returns, b, 0), ops.gather(old_values, b, 0),
-                         clip_range, clip_range_vf, kl_threshold)
+    def minibatch(self, b, clip_range, clip_range_vf, kl_threshold, data):
+        return self.step(clip_range, clip_range_vf, kl_threshold, *[ops.gather(d, b, 0) for d in data])
 
-    def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, full, tail,
-                  learning_rate, clip_range, clip_range_vf, kl_threshold):
+    def construct(self, full, tail, learning_rate, clip_range, clip_range_vf, kl_threshold, *data):
         # In the graph: a graph with a loop does not see a host-side set_data on this Parameter.
         ops.assign(self.optimizer.learning_rate, learning_rate)
         stats = ops.zeros((self.total, 7), ms.float32)
@@ -104,17 +141,14 @@ class PPOUpdatePhase(nn.Cell):
         while k < self.total:
             if self.ragged:  # a constant: only one of the two bodies is compiled
                 if p < self.per_epoch:
-                    s = self.minibatch(full[e * self.per_epoch + p], obs, actions, old_log_prob, advantages, returns,
-                                       old_values, clip_range, clip_range_vf, kl_threshold)
+                    s = self.minibatch(full[e * self.per_epoch + p], clip_range, clip_range_vf, kl_threshold, data)
                 else:
-                    s = self.minibatch(tail[e], obs, actions, old_log_prob, advantages, returns, old_values,
-                                       clip_range, clip_range_vf, kl_threshold)
+                    s = self.minibatch(tail[e], clip_range, clip_range_vf, kl_threshold, data)
                 last = p == self.per_epoch
                 e = ops.select(last, e + 1, e)
                 p = ops.select(last, p * 0, p + 1)
             else:
-                s = self.minibatch(full[k], obs, actions, old_log_prob, advantages, returns, old_values,
-                                   clip_range, clip_range_vf, kl_threshold)
+                s = self.minibatch(full[k], clip_range, clip_range_vf, kl_threshold, data)
             stats = ops.tensor_scatter_update(stats, k.reshape((1, 1)), s.reshape((1, 7)))
             n_run = k + 1
             if self.early_stop:

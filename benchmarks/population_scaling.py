@@ -52,8 +52,8 @@ def inputs(pop, rng):
     phase = (obs, act, vec[0], vec[1], vec[2], vec[3], full, tail, np.zeros((k, 1, d), np.float32),
              np.ones((k, 1, d), np.float32), rate, np.full((k, 1), c.clip_range, np.float32), np.zeros((k, 1), np.float32))
     f32 = lambda x: Tensor(x, ms.float32)  # noqa: E731
-    single = (obs[:n], act[:n], vec[0][:n], vec[1][:n], vec[2][:n], vec[3][:n], idx[0][0], idx[0][1],
-              f32(c.learning_rate), f32(c.clip_range), f32(0.0), f32(float("inf")))
+    single = (idx[0][0], idx[0][1], f32(c.learning_rate), f32(c.clip_range), f32(0.0), f32(float("inf")),
+              obs[:n], act[:n], vec[0][:n], vec[1][:n], vec[2][:n], vec[3][:n])
     n_envs = m.cfg.env.n_envs
     act_obs = rng.standard_normal((k, n_envs, d)).astype(np.float32)
     noise = np.stack([m.distribution.noise(rng, n_envs) for _ in range(k)])

@@ -107,6 +107,10 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         raise ConfigError(f"output directory {out_dir} exists and is not empty; pass --force to replace it")
 
     reference = TrainCellPolicy(run_dir, checkpoint)
+    if reference.state_size:
+        raise ConfigError(f"{run_dir} trained a recurrent policy (policy.recurrent); msrl export does not write "
+                          f"recurrent graphs yet (their state inputs and outputs, golden sequences): evaluate it with "
+                          f"`msrl eval {run_dir}`")
     spec = reference.spec
     if precision == "fp16":
         from .sweep import emulated_policy

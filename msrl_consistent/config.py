@@ -96,9 +96,15 @@ class PolicyConfig:
     """Image observations: [height, width] to area-resize to inside the policy cell (None: keep the size)."""
     conv_impl: Literal["auto", "matmul", "conv2d"] = "auto"
     """Image convs: matmul (Gather/Concat/MatMul, fast on the CPU backend), conv2d (nn.Conv2d, for Ascend), auto (by `device`)."""
+    recurrent: bool = False
+    """PPO only: an LSTM between the normalized observation and each of the actor and critic networks (two
+    LSTMs, sb3-contrib RecurrentPPO's default layout); the policy cell takes and returns the actor's state
+    (docs/recurrent.md)."""
+    lstm_hidden_size: int = 256
+    """With recurrent: units of each LSTM (the state is h and c of this size per env)."""
 
     checks: ClassVar[Dict[str, Check]] = {"net_arch": SIZES_OR_EMPTY, "critic_arch": SIZES_OR_EMPTY,
-                                          "resize": RESIZE}
+                                          "resize": RESIZE, "lstm_hidden_size": POSITIVE}
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Optional
 import gymnasium as gym
 import numpy as np
 
+from . import masked_envs  # noqa: F401  (registers CartPoleNoVel-v1, PendulumNoVel-v1)
 from .config import ConfigError, EnvConfig
 from .deploy import MaxAndSkip
 from .deploy.spaces import SpaceSpec

@@ -41,8 +41,8 @@ def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step
         for ep in range(episodes):
             obs, _ = env.reset(seed=seed + ep)
             env.action_space.seed(seed + ep)
-            for f in (act, reference):  # a policy that stacks frames starts each episode afresh
-                getattr(getattr(f, "__self__", None), "reset_frames", lambda: None)()
+            for f in (act, reference):  # a policy that stacks frames or carries a state starts each episode afresh
+                getattr(getattr(f, "__self__", None), "reset", lambda: None)()
             done, ret, t = False, 0.0, 0
             traj_obs, traj_act, traj_ref = [], [], []
             while not done:
@@ -78,13 +78,15 @@ def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step
 
 
 def run_episodes_batched(env_cfg: EnvConfig, act: Act, episodes: int, seed: int,
-                         frame_stack: int = 1) -> Dict[str, list]:
+                         frame_stack: int = 1, reset: Optional[Callable[[np.ndarray], None]] = None) -> Dict[str, list]:
     """The same seeded episodes as :func:`run_episodes`, run side by side: one vector env of
     ``episodes`` envs (env i reset with seed ``seed + i``) and one ``act`` call per step for all
     of them, so an evaluation of E episodes costs max(length) policy calls instead of
     sum(lengths). Finished envs keep stepping (SAME_STEP autoreset) until the last episode ends;
     their later rewards are not counted. ``frame_stack`` k > 1: ``act`` gets the k latest
-    observations of each env (deploy.FrameStack, restarted where an episode ended).
+    observations of each env (deploy.FrameStack, restarted where an episode ended). ``reset``
+    (a recurrent policy's ``RecurrentState.reset``) is called with the mask of the envs whose
+    episode ended at a step, before the next ``act``.
 
     Discrete actions are the same as at batch 1 (argmax of the same logits up to ~1e-7); a
     continuous policy's actions at batch E can differ from batch 1 by ~1e-7 (other kernel
@@ -118,6 +120,8 @@ def run_episodes_batched(env_cfg: EnvConfig, act: Act, episodes: int, seed: int,
             lengths[live] += 1
             ended = np.asarray(term, bool) | np.asarray(trunc, bool)
             done |= ended
+            if reset is not None and ended.any():
+                reset(ended)
     finally:
         venv.close()
     return {"returns": [float(x) for x in returns], "lengths": [int(x) for x in lengths], "latencies": latencies}

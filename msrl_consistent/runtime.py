@@ -100,7 +100,7 @@ class TrainCellPolicy(Recordable, deploy.Policy):
         spec = env_spec(cfg.env)
         agent = build_agent(cfg, spec, np.random.default_rng(0))
         ckpt.load_agent_parameters(agent, tensors, path)
-        super().__init__(spec, None)
+        super().__init__(spec, None, state_size=agent.lstm_actor.hidden if getattr(agent, "recurrent", False) else 0)
         self._env_cfg = cfg.env
         self.cfg = cfg
         self.agent = agent
@@ -110,6 +110,10 @@ class TrainCellPolicy(Recordable, deploy.Policy):
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         return self.cell(self._Tensor(x)).asnumpy()
+
+    def _run_step(self, x, h, c, episode_start):
+        T = self._Tensor
+        return tuple(o.asnumpy() for o in self.cell(T(x), T(h), T(c), T(episode_start)))
 
 
 class ExportedPolicy(Recordable, deploy.ExportPolicy):

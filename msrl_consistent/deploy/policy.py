@@ -12,6 +12,7 @@ from .guard import Guard
 from .inputs import Inputs
 from .names import INSTALL, MODEL_FILE, canonical_backend
 from .reader import Export, open_export
+from .recurrent import RecurrentState, check_starts, check_state
 from .spaces import SpaceSpec
 
 
@@ -38,8 +39,11 @@ class Policy(Inputs):
     recorder = None
     guard: Optional["Guard"] = None
 
-    def __init__(self, spec: SpaceSpec, fixed_batch: Optional[int]):
+    def __init__(self, spec: SpaceSpec, fixed_batch: Optional[int], state_size: int = 0):
         self.spec = spec
+        # a recurrent policy: the LSTM's units (h and c per env), the state act() carries (recurrent.py)
+        self.state_size = int(state_size)
+        self._state = RecurrentState(state_size) if state_size else None
         self._obs_dim = spec.obs_dim
         # the action repeat + two-frame max the policy was trained behind (None: none), for the deploying loop
         self.max_and_skip = MaxAndSkip(spec.max_and_skip) if spec.max_and_skip > 1 else None
@@ -65,6 +69,34 @@ class Policy(Inputs):
         if self._stack is not None:
             self._stack.buf = None
 
+    def reset(self, mask=None) -> None:
+        """Start new episodes, of every env (``mask`` None: the frame stack restarts, a recurrent
+        state is dropped and the next ``act`` may bring any number of envs) or, for a recurrent
+        policy, of the envs where the boolean ``mask`` is true (their state is zeroed by the
+        graph at their next step)."""
+        if mask is None:
+            self.reset_frames()
+        if self._state is not None:
+            self._state.reset(mask)
+        elif mask is not None:
+            raise ValueError("reset(mask) applies to recurrent policies; this policy keeps no state per env "
+                             "(call reset() to restart frame stacking)")
+
+    def step(self, obs, state, episode_start):
+        """One step of a recurrent policy whose state the caller owns: (action, (h, c)) from a batch
+        of observations, ``state`` = (h, c) float32 (B, state_size) each (zeros to start) and
+        ``episode_start`` (B,) flags (1 on an episode's first step: the graph zeroes the state
+        there). Uses nothing ``act`` carries."""
+        if self._state is None:
+            raise ValueError("step(obs, state, episode_start) applies to recurrent policies; this policy takes "
+                             "observations alone: call act(obs)")
+        single = self.is_single(obs)
+        x = self.validate(obs)
+        n = x.shape[0]
+        h, c = check_state(state, n, self.state_size)
+        action, h2, c2 = self._run_step(x, h, c, check_starts(episode_start, n))
+        return (action[0] if single else action), (h2, c2)
+
 
     def act(self, obs) -> np.ndarray:
         """The environment action for one observation (obs_dim,) or a batch (B, obs_dim); for a
@@ -80,7 +112,11 @@ class Policy(Inputs):
         else:
             single = self.is_single(obs)
             x = self.validate(obs)
-        out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
+        if self._state is not None:  # the carried state of these envs in, the next state kept
+            out, h, c = self._run_step(x, *self._state.inputs(x.shape[0]))
+            self._state.update(h, c)
+        else:
+            out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
         if self.recorder is not None:
             self.recorder.record(x, out)
         return out[0] if single else out
@@ -121,6 +157,10 @@ class Policy(Inputs):
         return None if self.guard is None else self.guard.stats()
 
     def _run(self, x: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _run_step(self, x, h, c, episode_start):  # pragma: no cover - abstract
+        """A recurrent policy's graph: -> (action, h', c')."""
         raise NotImplementedError
 
 

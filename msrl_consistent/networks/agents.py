@@ -24,10 +24,16 @@ class Agent(nn.Cell):
     ``spec`` and ``squash``; ``policy_cell`` is the deterministic policy cell built from them.
     Subclasses call ``super().__init__(cfg, spec)`` (spec and normalizer), then build their networks."""
     squash = False
+    recurrent_support = False
+    """Whether the agent builds ``policy.recurrent`` (PPO's does)."""
 
     def __init__(self, cfg, spec):
         super().__init__()
         self.spec = spec
+        if getattr(cfg.policy, "recurrent", False) and not self.recurrent_support:
+            from ..config import ConfigError
+            raise ConfigError(f"key 'policy.recurrent' is true, but algorithm {cfg.algorithm!r} has no recurrent "
+                              f"policy (ppo has): set policy.recurrent: false")
         if cfg.env.normalize_obs and (spec.obs_kind == "Image" or spec.column_n.any()):
             from ..config import ConfigError
             raise ConfigError(f"key 'env.normalize_obs' is true, but the observation space ({spec.obs_kind}) holds "

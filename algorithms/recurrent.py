@@ -1,0 +1,191 @@
+"""Recurrent PPO (``policy.recurrent``): the acting and value cells with the LSTM state as inputs
+and outputs, the loss over whole sequences with backpropagation through time, and the host
+side of the state (:class:`Carry`, :class:`SequenceBuffer`).
+
+The state convention is sb3-contrib's: ``episode_start`` is 1.0 on the first step of an episode
+and the cells zero the incoming state there (networks/lstm.py). The rollout keeps, per env, the
+actor's and the critic's (h, c) as one row ``[h_actor | c_actor | h_critic | c_critic]``.
+
+Minibatches are whole sequences of envs (CleanRL's ppo_atari_lstm): each minibatch is
+``batch_size / n_steps`` envs' complete rollouts, started from the state each env had at the
+start of the rollout, with the reset rule applied where episodes started inside it. Why not
+sb3-contrib's padded sequences: static shapes (one compiled graph for the whole update phase,
+no padding masks), and with RL Zoo's recurrent recipes (batch_size = n_steps * n_envs) both are
+the same computation: every env's whole rollout, the state reset at episode starts.
+"""
+from __future__ import annotations
+
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from msrl_consistent.buffers import RolloutBuffer
+from msrl_consistent.config import ConfigError
+
+from .ppo_update import ClippedObjective
+
+
+def check_recurrent(cfg, spec) -> None:
+    """Refuse what the recurrent policy does not build (each a ConfigError naming the key)."""
+    pc = cfg.policy
+    if pc.shared:
+        raise ConfigError("key 'policy.recurrent' is true together with policy.shared; the recurrent policy has "
+                          "separate actor and critic LSTMs and networks: set policy.shared: false")
+    if getattr(cfg.algo, "use_sde", False):
+        raise ConfigError("key 'policy.recurrent' is true together with algo.use_sde; gSDE is not built for "
+                          "recurrent policies: set algo.use_sde: false")
+    if spec.obs_kind == "Image":
+        raise ConfigError(f"key 'policy.recurrent' is true, but {cfg.env.id} has image observations; the "
+                          f"recurrent policy takes Box, Discrete and Dict observations without images")
+    if spec.frame_stack > 1:
+        raise ConfigError(f"key 'env.frame_stack' is {spec.frame_stack} with policy.recurrent; the LSTM is the "
+                          f"policy's memory: set env.frame_stack: 1")
+
+
+def split_state(state, n: int):
+    """``[h_actor | c_actor | h_critic | c_critic]`` (B, 4n) -> its four (B, n) parts."""
+    return state[:, :n], state[:, n:2 * n], state[:, 2 * n:3 * n], state[:, 3 * n:]
+
+
+class RecurrentRollout(nn.Cell):
+    """One graph call per vector step: (obs, state, episode_start, noise) -> (env action, action,
+    log_prob, value, next state). The actor path is the exported RecurrentPolicyCell's ops at the
+    same shapes (its LSTM cell and actor network), so the state a deployed policy carries is the
+    state the training rollout carried."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+        self.dist = agent.distribution()
+        self.n = agent.lstm_actor.hidden
+
+    def construct(self, obs, state, episode_start, noise):
+        x = self.agent.encode(obs)
+        h_a, c_a, h_c, c_c = split_state(state, self.n)
+        h_a, c_a = self.agent.lstm_actor(x, h_a, c_a, episode_start)
+        h_c, c_c = self.agent.lstm_critic(x, h_c, c_c, episode_start)
+        value = self.agent.critic(h_c).squeeze(-1)
+        env_a, a, logp = self.dist.sample((self.agent.actor(h_a), None, self.agent.log_std), noise)
+        return env_a, a, logp, value, ops.concat((h_a, c_a, h_c, c_c), 1)
+
+
+class RecurrentValue(nn.Cell):
+    """V(obs) after one critic LSTM step: (obs, state, episode_start) -> value (B,)."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+        self.n = agent.lstm_actor.hidden
+
+    def construct(self, obs, state, episode_start):
+        _, _, h_c, c_c = split_state(state, self.n)
+        h_c, _ = self.agent.lstm_critic(self.agent.encode(obs), h_c, c_c, episode_start)
+        return self.agent.critic(h_c).squeeze(-1)
+
+
+def unroll(lstm, x, episode_starts, h, c, steps: int):
+    """The LSTM over sequences: x (B * T, D) env-major, episode_starts (B, T) -> h at every step
+    (B * T, n). The input gates of every step are one MatMul; the recurrence is a Python loop
+    over the constant T, unrolled in the graph (backpropagation through time)."""
+    b = episode_starts.shape[0]
+    gx = lstm.input_gates(x).reshape((b, steps, -1))
+    outs = []
+    for t in range(steps):
+        keep = 1.0 - episode_starts[:, t:t + 1]
+        h, c = lstm.cell(gx[:, t], h * keep, c * keep)
+        outs.append(h)
+    return ops.stack(outs, 1).reshape((b * steps, -1))
+
+
+class RecurrentPPOLoss(nn.Cell):
+    """PPO's loss over minibatches of env sequences: the rollout arrays as (B, T, ...), the
+    episode starts (B, T) and the state at the rollout's start (B, 4n); the clipped objective,
+    value loss and statistics are PPO's (ppo_update.ClippedObjective) on the flattened steps."""
+
+    def __init__(self, agent, c, steps: int):
+        super().__init__()
+        self.agent = agent
+        self.dist = agent.distribution()
+        self.objective = ClippedObjective(c)
+        self.steps = steps
+        self.n = agent.lstm_actor.hidden
+
+    def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, episode_starts, state0,
+                  clip_range, clip_range_vf):
+        b = obs.shape[0]
+        x = self.agent.encode(obs.reshape((b * self.steps, -1)))
+        h_a, c_a, h_c, c_c = split_state(state0, self.n)
+        feats_a = unroll(self.agent.lstm_actor, x, episode_starts, h_a, c_a, self.steps)
+        feats_c = unroll(self.agent.lstm_critic, x, episode_starts, h_c, c_c, self.steps)
+        values = self.agent.critic(feats_c).squeeze(-1)
+        flat_actions = actions.reshape((b * self.steps,) + actions.shape[2:])
+        log_prob, entropy = self.dist.log_prob_entropy((self.agent.actor(feats_a), None, self.agent.log_std),
+                                                       flat_actions)
+        return self.objective(values, log_prob, entropy, old_log_prob.reshape(-1), advantages.reshape(-1),
+                              returns.reshape(-1), old_values.reshape(-1), clip_range, clip_range_vf)
+
+
+def sequence_minibatch(cfg) -> int:
+    """Envs per minibatch (``batch_size / n_steps``), or a ConfigError naming the valid sizes."""
+    c, n_envs = cfg.algo, cfg.env.n_envs
+    if c.batch_size % c.n_steps or not 1 <= c.batch_size // c.n_steps <= n_envs:
+        valid = ", ".join(str(k * c.n_steps) for k in range(1, n_envs + 1))
+        raise ConfigError(f"key 'algo.batch_size' has value {c.batch_size}; a recurrent policy trains on whole "
+                          f"sequences of n_steps = {c.n_steps} steps per env, so batch_size must be n_steps times a "
+                          f"number of envs from 1 to env.n_envs = {n_envs}: one of {valid}")
+    return c.batch_size // c.n_steps
+
+
+class SequenceBuffer(RolloutBuffer):
+    """The rollout buffer of a recurrent policy: also each step's episode_start flags and every
+    env's state at the start of the rollout; ``sequences`` gives the arrays env-major."""
+
+    def __init__(self, n_steps: int, n_envs: int, obs_dim: int, act_shape: tuple, discrete: bool, obs_dtype,
+                 state_dim: int):
+        super().__init__(n_steps, n_envs, obs_dim, act_shape, discrete, obs_dtype)
+        self.episode_starts = np.zeros((n_steps, n_envs), np.float32)
+        self.state0 = np.zeros((n_envs, state_dim), np.float32)
+
+    def sequences(self) -> dict:
+        """Every array as (n_envs, n_steps, ...), the state at the start (n_envs, state_dim)."""
+        def env_major(a):
+            return np.ascontiguousarray(np.swapaxes(a, 0, 1))
+        return {"obs": env_major(self.obs), "actions": env_major(self.actions),
+                "log_probs": env_major(self.log_probs), "values": env_major(self.values),
+                "advantages": env_major(self.advantages), "returns": env_major(self.returns),
+                "episode_starts": env_major(self.episode_starts), "state0": self.state0.copy()}
+
+
+class Carry:
+    """The host side of the rollout's recurrent state: per env the state row and the
+    episode_start flag the next step's cells take. A training run's envs start new episodes
+    when (re)seeded, so the state starts at zero with every flag at 1 (sb3-contrib's start)."""
+
+    def __init__(self, n_envs: int, state_dim: int):
+        self.state = np.zeros((n_envs, state_dim), np.float32)
+        self.starts = np.ones(n_envs, np.float32)
+        self.next_state = self.state
+
+    def begin(self, buf: SequenceBuffer) -> None:
+        buf.state0[:] = self.state
+
+    def inputs(self, obs: np.ndarray, noise: np.ndarray) -> tuple:
+        return Tensor(obs), Tensor(self.state), Tensor(self.starts), Tensor(noise)
+
+    def acted(self, buf: SequenceBuffer, t: int, next_state: np.ndarray) -> None:
+        """After the rollout call of step t: its flags into the buffer, the next state kept."""
+        buf.episode_starts[t] = self.starts
+        self.next_state = np.ascontiguousarray(next_state, np.float32)
+
+    def final_values(self, value_fn, real_next: np.ndarray) -> np.ndarray:
+        """V of the true final observations with the state that led to them (no reset)."""
+        zeros = np.zeros_like(self.starts)
+        return value_fn(Tensor(real_next), Tensor(self.next_state), Tensor(zeros)).asnumpy()
+
+    def stepped(self, done: np.ndarray) -> None:
+        """After the env step: the next state is current; ended envs start an episode next step."""
+        self.state = self.next_state
+        self.starts = done.astype(np.float32)
+
+    def values(self, value_fn, obs: np.ndarray) -> np.ndarray:
+        """V of the current observations (the rollout's bootstrap), the reset rule applied."""
+        return value_fn(Tensor(obs), Tensor(self.state), Tensor(self.starts)).asnumpy()
