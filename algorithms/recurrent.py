@@ -88,9 +88,10 @@ def unroll(lstm, x, episode_starts, h, c, steps: int):
     over the constant T, unrolled in the graph (backpropagation through time)."""
     b = episode_starts.shape[0]
     gx = lstm.input_gates(x).reshape((b, steps, -1))
+    keep_all = 1.0 - episode_starts
     outs = []
     for t in range(steps):
-        keep = 1.0 - episode_starts[:, t:t + 1]
+        keep = keep_all[:, t:t + 1]
         h, c = lstm.cell(gx[:, t], h * keep, c * keep)
         outs.append(h)
     return ops.stack(outs, 1).reshape((b * steps, -1))

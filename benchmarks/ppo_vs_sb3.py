@@ -1,7 +1,7 @@
 """PPO side by side: msrl vs Stable-Baselines3, same hyperparameters, whole-process wall time.
 
     pip install torch==2.13.0                       # first: the CPU wheel on this disk
-    pip install stable-baselines3 "numpy<2"
+    pip install stable-baselines3 sb3-contrib "numpy<2"
     python benchmarks/ppo_vs_sb3.py --seeds 0 --total-timesteps 100000
     python benchmarks/ppo_vs_sb3.py --config configs/ppo/Pendulum-v1.yaml --seeds 0 --total-timesteps 200000
     python benchmarks/ppo_vs_sb3.py --seeds 0 1 --repeats 2 --json runs/ppo_vs_sb3.json
@@ -11,7 +11,9 @@ imports and graph compilation included):
     python benchmarks/ppo_vs_sb3.py --worker sb3 --threads 1 --config C --seed S --total-timesteps N
     python benchmarks/ppo_vs_sb3.py --worker sb3 --threads 0 ...   # torch's default thread count
     msrl train C --seed S --total-timesteps N --run-dir DIR --quiet --set eval.episodes=10 --set eval.freq=0
-The SB3 hyperparameters are read from C's env/policy/algo sections (yaml.safe_load). Both
+The SB3 hyperparameters are read from C's env/policy/algo sections (yaml.safe_load); a config
+with policy.recurrent runs sb3-contrib's RecurrentPPO (MlpLstmPolicy, separate actor and critic
+LSTMs of policy.lstm_hidden_size units). Both
 sides end with the same evaluation: deterministic episodes reset with seeds
 seed + eval.seed_offset + i (msrl's final eval; SB3's evaluate_policy on seeded envs).
 msrl's periodic evaluations are off (eval.freq=0) unless --periodic-eval, since SB3 does none.
@@ -57,6 +59,12 @@ def sb3_worker(args):
         torch.set_num_threads(args.threads)
     cfg = load_cfg(args.config)
     env, pol, algo = cfg.get("env", {}), cfg.get("policy", {}), cfg.get("algo", {})
+    if "NoVel" in env.get("id", ""):
+        import msrl_consistent.masked_envs  # noqa: F401  (registers the velocity-masked tasks; gymnasium only)
+    algo_cls, policy_name = PPO, "MlpPolicy"
+    if pol.get("recurrent"):  # sb3-contrib's RecurrentPPO, its default layout: separate actor and critic LSTMs
+        from sb3_contrib import RecurrentPPO
+        algo_cls, policy_name = RecurrentPPO, "MlpLstmPolicy"
     if pol.get("shared"):
         raise SystemExit("ppo_vs_sb3: error: policy.shared has no SB3 2.x counterpart")
 
@@ -81,11 +89,14 @@ def sb3_worker(args):
                      "optimizer_kwargs": {"eps": float(algo.get("adam_eps", 1e-5))}}
     if "log_std_init" in pol:
         policy_kwargs["log_std_init"] = float(pol["log_std_init"])
+    if pol.get("recurrent"):
+        policy_kwargs.update(lstm_hidden_size=int(pol.get("lstm_hidden_size", 256)), enable_critic_lstm=True,
+                             shared_lstm=False)
     opt = {k: algo[k] for k in ("clip_range_vf", "target_kl") if algo.get(k) is not None}
     if algo.get("use_sde"):
         opt["use_sde"] = True
         opt["sde_sample_freq"] = int(algo.get("sde_sample_freq", -1))
-    model = PPO("MlpPolicy", venv, learning_rate=sched(algo.get("learning_rate", 3e-4), algo.get("lr_schedule")),
+    model = algo_cls(policy_name, venv, learning_rate=sched(algo.get("learning_rate", 3e-4), algo.get("lr_schedule")),
                 n_steps=int(algo.get("n_steps", 2048)), batch_size=int(algo.get("batch_size", 64)),
                 n_epochs=int(algo.get("n_epochs", 10)), gamma=float(algo.get("gamma", 0.99)),
                 gae_lambda=float(algo.get("gae_lambda", 0.95)),

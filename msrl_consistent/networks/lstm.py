@@ -41,7 +41,9 @@ class LSTM(nn.Cell):
         self.hidden = hidden
         self.in_dim = in_dim
         self.matmul = ops.MatMul(transpose_b=True)
-        self.tanh_g = Tanh()
+        scale = np.ones(4 * hidden, np.float32)
+        scale[2 * hidden:3 * hidden] = 2.0
+        self.gate_scale = Tensor(scale)
         self.tanh_c = Tanh()
 
     def input_gates(self, x):
@@ -50,14 +52,12 @@ class LSTM(nn.Cell):
         return self.matmul(x, self.w_ih) + self.bias
 
     def cell(self, gx, h, c):
-        """One step from the input gates ``gx``: -> (h', c')."""
-        g = gx + self.matmul(h, self.w_hh)
-        n = self.hidden
-        i = ops.sigmoid(g[:, :n])
-        f = ops.sigmoid(g[:, n:2 * n])
-        cand = self.tanh_g(g[:, 2 * n:3 * n])
-        o = ops.sigmoid(g[:, 3 * n:])
-        c2 = f * c + i * cand
+        """One step from the input gates ``gx``: -> (h', c'). The three sigmoid gates and the
+        candidate's ``sigmoid(2g)`` are one Sigmoid over the scaled gate row (the candidate's
+        block times 2, the others times 1: exact), split in one op; then ``tanh(g) = 2 * s - 1``."""
+        y = ops.sigmoid((gx + self.matmul(h, self.w_hh)) * self.gate_scale)
+        i, f, s, o = ops.split(y, self.hidden, axis=1)
+        c2 = f * c + i * (2.0 * s - 1.0)
         return o * self.tanh_c(c2), c2
 
     def construct(self, x, h, c, episode_start):
