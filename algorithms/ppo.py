@@ -257,6 +257,13 @@ class PPO(OnPolicyAlgorithm):
     population = PPOPopulation
     """Several seeds trained in one process (``msrl train CONFIG --seeds 0-4``)."""
 
+    @classmethod
+    def check_workers(cls, cfg, workers: int) -> None:
+        super().check_workers(cfg, workers)
+        if workers > 1 and cfg.policy.recurrent:
+            raise ConfigError(f"--workers {workers}: key 'policy.recurrent' is true, and recurrent PPO does not train "
+                              f"data-parallel yet; train it in one process (without --workers)")
+
     def build(self) -> None:
         c: PPOConfig = self.cfg.algo
         self.dist = current_dist()

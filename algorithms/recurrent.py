@@ -20,6 +20,8 @@ from mindspore import Tensor, nn, ops
 
 from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.config import ConfigError
+from msrl_consistent.networks.lstm import LSTM
+from msrl_consistent.networks.mlp import Tanh
 
 from .ppo_update import ClippedObjective
 
@@ -82,19 +84,48 @@ class RecurrentValue(nn.Cell):
         return self.agent.critic(h_c).squeeze(-1)
 
 
-def unroll(lstm, x, episode_starts, h, c, steps: int):
-    """The LSTM over sequences: x (B * T, D) env-major, episode_starts (B, T) -> h at every step
-    (B * T, n). The input gates of every step are one MatMul; the recurrence is a Python loop
-    over the constant T, unrolled in the graph (backpropagation through time)."""
-    b = episode_starts.shape[0]
-    gx = lstm.input_gates(x).reshape((b, steps, -1))
-    keep_all = 1.0 - episode_starts
-    outs = []
-    for t in range(steps):
-        keep = keep_all[:, t:t + 1]
-        h, c = lstm.cell(gx[:, t], h * keep, c * keep)
-        outs.append(h)
-    return ops.stack(outs, 1).reshape((b * steps, -1))
+class PairedUnroll(nn.Cell):
+    """The actor and the critic LSTM over sequences at once: their weights stacked on a leading
+    axis of 2, one BatchMatMul and one set of elementwise kernels per step for both (half the
+    kernels of two separate unrolls; the recurrence is a Python loop over the constant T, unrolled
+    in the graph: backpropagation through time).
+
+    The gate scale of LSTM.cell (the candidate's block times 2) is applied once to the input
+    gates and to W_hh instead of at every step: scaling by 1 or 2 is exact, so this is LSTM.cell's
+    arithmetic (the BatchMatMul in place of MatMul may round the last bit differently; the
+    update recomputes the rollout's probabilities within 1e-5, tested)."""
+
+    def __init__(self, actor: LSTM, critic: LSTM, steps: int):
+        super().__init__()
+        self.actor, self.critic = actor, critic
+        self.steps = steps
+        self.hidden = actor.hidden
+        self.bmm = ops.BatchMatMul(transpose_b=True)
+        self.tanh = Tanh()
+
+    def construct(self, x, episode_starts, state0):
+        """x (B * T, D) env-major, episode_starts (B, T), state0 (B, 4n) -> the actor's and the
+        critic's h at every step, each (B * T, n)."""
+        b, n, steps = episode_starts.shape[0], self.hidden, self.steps
+        scale = self.actor.gate_scale
+        w_ih = ops.stack((self.actor.w_ih, self.critic.w_ih))                    # (2, 4n, D)
+        bias = ops.stack((self.actor.bias, self.critic.bias)).expand_dims(1)     # (2, 1, 4n)
+        w_hh = ops.stack((self.actor.w_hh, self.critic.w_hh)) * scale.reshape((1, -1, 1))
+        xx = ops.broadcast_to(x.expand_dims(0), (2,) + x.shape)
+        gx = ((self.bmm(xx, w_ih) + bias) * scale).reshape((2, b, steps, 4 * n))
+        h_a, c_a, h_c, c_c = split_state(state0, n)
+        h, c = ops.stack((h_a, h_c)), ops.stack((c_a, c_c))                       # (2, B, n)
+        keep_all = 1.0 - episode_starts
+        outs = []
+        for t in range(steps):
+            keep = keep_all[:, t:t + 1]
+            y = ops.sigmoid(gx[:, :, t] + self.bmm(h * keep, w_hh))
+            i, f, s, o = ops.split(y, n, axis=-1)
+            c = f * (c * keep) + i * (2.0 * s - 1.0)
+            h = o * self.tanh(c)
+            outs.append(h)
+        feats = ops.stack(outs, 2).reshape((2, b * steps, n))
+        return feats[0], feats[1]
 
 
 class RecurrentPPOLoss(nn.Cell):
@@ -108,15 +139,13 @@ class RecurrentPPOLoss(nn.Cell):
         self.dist = agent.distribution()
         self.objective = ClippedObjective(c)
         self.steps = steps
-        self.n = agent.lstm_actor.hidden
+        self.unroll = PairedUnroll(agent.lstm_actor, agent.lstm_critic, steps)
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, episode_starts, state0,
                   clip_range, clip_range_vf):
         b = obs.shape[0]
         x = self.agent.encode(obs.reshape((b * self.steps, -1)))
-        h_a, c_a, h_c, c_c = split_state(state0, self.n)
-        feats_a = unroll(self.agent.lstm_actor, x, episode_starts, h_a, c_a, self.steps)
-        feats_c = unroll(self.agent.lstm_critic, x, episode_starts, h_c, c_c, self.steps)
+        feats_a, feats_c = self.unroll(x, episode_starts, state0)
         values = self.agent.critic(feats_c).squeeze(-1)
         flat_actions = actions.reshape((b * self.steps,) + actions.shape[2:])
         log_prob, entropy = self.dist.log_prob_entropy((self.agent.actor(feats_a), None, self.agent.log_std),

@@ -53,11 +53,9 @@ def trained(tmp_path_factory):
     return train_run(tmp_path_factory.mktemp("recurrent"), CONFIG, SMALL, "run")
 
 
-@pytest.mark.slow
-def test_rollout_acts_and_carries_the_state_the_policy_cell_computes(trained):
+def _acting_is_the_policy_cell(algo):
     """The rollout graph with zero noise (the distribution's mode) gives the policy cell's action and
     the policy cell's next actor state, bit for bit, from the same observations and state."""
-    _, _, algo = trained
     n, hid = 16, algo.agent.lstm_actor.hidden
     rng = np.random.default_rng(1)
     obs = (rng.standard_normal((n, algo.spec.obs_dim)) * 2.0).astype(np.float32)
@@ -74,13 +72,25 @@ def test_rollout_acts_and_carries_the_state_the_policy_cell_computes(trained):
 
 
 @pytest.mark.slow
-def test_sequences_replay_the_rollout_states(tmp_path):
+def test_rollout_acts_and_carries_the_state_the_policy_cell_computes(trained):
+    _acting_is_the_policy_cell(trained[2])
+
+
+BOX = ("ppo/Pendulum-v1.yaml", ["policy.recurrent=true", "env.id=PendulumNoVel-v1", "env.n_envs=4", "env.max_episode_steps=5",
+                                 "algo.n_steps=8", "algo.batch_size=16", "algo.n_epochs=2", "total_timesteps=96",
+                                 "policy.lstm_hidden_size=16", "eval.freq=0", "eval.episodes=1"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, overrides", [(CONFIG, SMALL + ["total_timesteps=96"]), BOX],
+                         ids=["discrete", "box"])
+def test_sequences_replay_the_rollout_states(tmp_path, config, overrides):
     """The update phase's unrolled LSTM, started from the state stored at each rollout's start and
     reset where episodes started, recomputes the rollout's log-probabilities: before any update,
     every probability ratio is 1 within 1e-5 (a reset one step off, or a lost initial state, moves
-    the ratios of the steps after it far from 1)."""
-    cfg = load_config(os.path.join(CONFIGS, CONFIG), SMALL + ["total_timesteps=96", "env.n_envs=4",
-                                                              "algo.n_steps=8"])
+    the ratios of the steps after it far from 1). Discrete and Box actions; the rollout acts as
+    the policy cell on both."""
+    cfg = load_config(os.path.join(CONFIGS, config), overrides)
     algo = registry.get("ppo")(cfg)
     cell = RecurrentPPOLoss(algo.agent, cfg.algo, cfg.algo.n_steps)
     tiny = Tensor(np.float32(1e-5))
@@ -100,6 +110,7 @@ def test_sequences_replay_the_rollout_states(tmp_path):
     for _, approx_kl, clip_fraction in seen:
         assert clip_fraction == 0.0, clip_fraction
         assert abs(approx_kl) < 1e-10, approx_kl
+    _acting_is_the_policy_cell(algo)
 
 
 @pytest.mark.slow
@@ -174,3 +185,10 @@ def test_population_of_recurrent_runs_is_refused(tmp_path):
     r = msrl("train", os.path.join(CONFIGS, CONFIG), "--seeds", "0-1", "--run-dir", str(tmp_path / "pop"))
     assert r.returncode == 2
     assert "policy.recurrent" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_data_parallel_recurrent_run_is_refused(tmp_path):
+    r = msrl("train", os.path.join(CONFIGS, CONFIG), "--workers", "2", "--run-dir", str(tmp_path / "dp"))
+    assert r.returncode == 2
+    assert "policy.recurrent" in r.stderr and "data-parallel" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(tmp_path / "dp" / "checkpoints")
