@@ -100,17 +100,15 @@ class Algorithm:
         """``episodes`` seeded episodes of the policy cell, side by side: one graph call per step
         (a recurrent cell with each env's state carried and reset where its episode ended)."""
         act, reset = self.act_deterministic, None
-        if getattr(self.agent, "recurrent", False):
-            state = RecurrentState(self.agent.lstm_actor.hidden)
-            act, reset = (lambda obs: self._act_carried(state, obs)), state.reset
+        if self.agent.state_size:
+            state = RecurrentState(self.agent.state_size)
+            act, reset = (lambda obs: state.step(self._policy_step, np.asarray(obs, np.float32))), state.reset
         res = run_episodes_batched(self.cfg.env, act, episodes, seed, self.spec.frame_stack, reset)
         return res["returns"], res["lengths"]
 
-    def _act_carried(self, state: RecurrentState, obs: np.ndarray) -> np.ndarray:
-        h, c, starts = state.inputs(obs.shape[0])
-        action, h, c = self._policy_fn(Tensor(np.asarray(obs, np.float32)), Tensor(h), Tensor(c), Tensor(starts))
-        state.update(h.asnumpy(), c.asnumpy())
-        return action.asnumpy()
+    def _policy_step(self, x, h, c, episode_start):
+        """The recurrent policy cell on NumPy inputs: -> (action, h', c')."""
+        return tuple(o.asnumpy() for o in self._policy_fn(Tensor(x), Tensor(h), Tensor(c), Tensor(episode_start)))
 
     # -- state ---------------------------------------------------------------------------
     def parameters(self) -> Dict[str, np.ndarray]:

@@ -110,6 +110,7 @@ class ActorCriticAgent(Agent):
             check_recurrent(cfg, spec)
             self.lstm_actor = LSTM(rng, obs_dim, pc.lstm_hidden_size)
             self.lstm_critic = LSTM(rng, obs_dim, pc.lstm_hidden_size)
+            self.state_size = pc.lstm_hidden_size
             self.obs_encoder, encoder, obs_dim = encoder, None, pc.lstm_hidden_size
         self.use_sde = bool(getattr(cfg.algo, "use_sde", False))
         if self.use_sde and spec.discrete:
@@ -278,7 +279,7 @@ class PPO(OnPolicyAlgorithm):
         self.recurrent = self.agent.recurrent
         if self.recurrent:  # minibatches of whole env sequences (recurrent.py)
             rows, self.minibatch_rows = self.cfg.env.n_envs, sequence_minibatch(self.cfg)
-            self.state_dim = 4 * self.agent.lstm_actor.hidden
+            self.state_dim = 4 * self.agent.state_size  # [h_actor | c_actor | h_critic | c_critic]
             self.rollout_cell, self.value_cell = RecurrentRollout(self.agent), RecurrentValue(self.agent)
             loss = RecurrentPPOLoss(self.agent, c, c.n_steps)
             self.data_keys = DATA_KEYS + ("episode_starts", "state0")

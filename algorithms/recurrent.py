@@ -176,13 +176,12 @@ class SequenceBuffer(RolloutBuffer):
         self.state0 = np.zeros((n_envs, state_dim), np.float32)
 
     def sequences(self) -> dict:
-        """Every array as (n_envs, n_steps, ...), the state at the start (n_envs, state_dim)."""
-        def env_major(a):
-            return np.ascontiguousarray(np.swapaxes(a, 0, 1))
-        return {"obs": env_major(self.obs), "actions": env_major(self.actions),
-                "log_probs": env_major(self.log_probs), "values": env_major(self.values),
-                "advantages": env_major(self.advantages), "returns": env_major(self.returns),
-                "episode_starts": env_major(self.episode_starts), "state0": self.state0.copy()}
+        """``by_step`` and the episode starts as (n_envs, n_steps, ...), the state at the start
+        (n_envs, state_dim)."""
+        arrays = dict(self.by_step(), episode_starts=self.episode_starts)
+        out = {k: np.ascontiguousarray(np.swapaxes(a, 0, 1)) for k, a in arrays.items()}
+        out["state0"] = self.state0.copy()
+        return out
 
 
 class Carry:

@@ -32,7 +32,7 @@ def main():
     if not algo.recurrent:
         raise SystemExit(f"recurrent_update_cost: error: {args.config} has policy.recurrent: false")
     rng = np.random.default_rng(0)
-    e, t, hid, d = cfg.env.n_envs, cfg.algo.n_steps, algo.agent.lstm_actor.hidden, algo.spec.obs_dim
+    e, t, hid, d = cfg.env.n_envs, cfg.algo.n_steps, algo.agent.state_size, algo.spec.obs_dim
     shape = (e, t) + algo.spec.action_shape
     actions = (rng.integers(0, algo.spec.n_actions, shape).astype(np.int32) if algo.spec.discrete
                else rng.standard_normal(shape).astype(np.float32))

@@ -73,16 +73,15 @@ class RolloutBuffer:
         self.advantages, self.returns = compute_gae(
             self.rewards, self.values, next_values, self.terminated, dones, gamma, gae_lambda)
 
+    def by_step(self) -> Dict[str, np.ndarray]:
+        """The arrays the update takes, each (n_steps, n_envs, ...)."""
+        return {"obs": self.obs, "actions": self.actions, "log_probs": self.log_probs, "values": self.values,
+                "advantages": self.advantages, "returns": self.returns}
+
     def flat(self) -> Dict[str, np.ndarray]:
+        """``by_step`` with the steps of every env as rows: (n_steps * n_envs, ...), step-major."""
         n = self.n_steps * self.n_envs
-        return {
-            "obs": self.obs.reshape(n, -1),
-            "actions": self.actions.reshape((n,) + self.actions.shape[2:]),
-            "log_probs": self.log_probs.reshape(n),
-            "values": self.values.reshape(n),
-            "advantages": self.advantages.reshape(n),
-            "returns": self.returns.reshape(n),
-        }
+        return {k: a.reshape((n,) + a.shape[2:]) for k, a in self.by_step().items()}
 
     def reset(self):
         self.pos = 0

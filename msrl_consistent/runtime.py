@@ -100,7 +100,7 @@ class TrainCellPolicy(Recordable, deploy.Policy):
         spec = env_spec(cfg.env)
         agent = build_agent(cfg, spec, np.random.default_rng(0))
         ckpt.load_agent_parameters(agent, tensors, path)
-        super().__init__(spec, None, state_size=agent.lstm_actor.hidden if getattr(agent, "recurrent", False) else 0)
+        super().__init__(spec, None, state_size=agent.state_size)
         self._env_cfg = cfg.env
         self.cfg = cfg
         self.agent = agent

@@ -113,8 +113,7 @@ class Policy(Inputs):
             single = self.is_single(obs)
             x = self.validate(obs)
         if self._state is not None:  # the carried state of these envs in, the next state kept
-            out, h, c = self._run_step(x, *self._state.inputs(x.shape[0]))
-            self._state.update(h, c)
+            out = self._state.step(self._run_step, x)
         else:
             out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
         if self.recorder is not None:

@@ -45,6 +45,13 @@ class RecurrentState:
         self.h, self.c = np.asarray(h, np.float32), np.asarray(c, np.float32)
         self.starts = np.zeros(self.h.shape[0], np.float32)
 
+    def step(self, run, x: np.ndarray) -> np.ndarray:
+        """One step of the envs whose observations are ``x``: ``run(x, h, c, episode_start) ->
+        (action, h', c')`` on the carried state, whose outputs become the state; -> the action."""
+        action, h, c = run(x, *self.inputs(x.shape[0]))
+        self.update(h, c)
+        return action
+
     def reset(self, mask=None) -> None:
         """Start new episodes: every env (``mask`` None: the next call may bring any number of
         envs) or the envs where the boolean ``mask`` (envs,) is true."""

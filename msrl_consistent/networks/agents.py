@@ -26,6 +26,8 @@ class Agent(nn.Cell):
     squash = False
     recurrent_support = False
     """Whether the agent builds ``policy.recurrent`` (PPO's does)."""
+    state_size = 0
+    """A recurrent agent's LSTM units (its policy cell takes and returns h and c of this size); 0 otherwise."""
 
     def __init__(self, cfg, spec):
         super().__init__()

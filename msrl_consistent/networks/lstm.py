@@ -3,9 +3,9 @@ policy cell (the export target of a recurrent run).
 
 Why not MindSpore's fused ``nn.LSTM``: a fused RNN operator's gate order, bias layout and
 arithmetic differ between runtimes (and between its own CPU and Ascend kernels); the policy that
-acts during training must be the graph every runtime evaluates. Here one step is two MatMuls, an
-Add, four slices, three Sigmoids and the project's tanh (``2 * sigmoid(2x) - 1``), in PyTorch's
-gate order (input, forget, cell, output):
+acts during training must be the graph every runtime evaluates. Here one step is two MatMuls,
+Adds, one Sigmoid over the scaled gate row, one Split and the project's tanh
+(``2 * sigmoid(2x) - 1``), in PyTorch's gate order (input, forget, cell, output):
 
     gates = x @ W_ih^T + b + h @ W_hh^T
     c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
@@ -29,7 +29,7 @@ class LSTM(nn.Cell):
     ``(-1/sqrt(hidden), 1/sqrt(hidden))``, from the run's Generator; the two biases are kept as
     their sum (one Add fewer per step, the same distribution of initial gates)."""
 
-    def __init__(self, rng: np.random.Generator, in_dim: int, hidden: int, name: str = "lstm"):
+    def __init__(self, rng: np.random.Generator, in_dim: int, hidden: int):
         super().__init__()
         bound = 1.0 / np.sqrt(hidden)
         w_ih = rng.uniform(-bound, bound, (4 * hidden, in_dim)).astype(np.float32)
@@ -39,7 +39,6 @@ class LSTM(nn.Cell):
         self.w_hh = Parameter(Tensor(w_hh), name="w_hh")
         self.bias = Parameter(Tensor(bias), name="bias")
         self.hidden = hidden
-        self.in_dim = in_dim
         self.matmul = ops.MatMul(transpose_b=True)
         scale = np.ones(4 * hidden, np.float32)
         scale[2 * hidden:3 * hidden] = 2.0
