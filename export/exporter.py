@@ -17,6 +17,8 @@ from msrl_consistent import manifest as mf
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError, to_dict
 from msrl_consistent.deploy import SCHEMA_VERSION, FrameStack, file_sha256
+from msrl_consistent.deploy.recurrent import state_io
+from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
 
@@ -26,6 +28,8 @@ from .onnx import INPUT_NAME, OUTPUT_NAME, require_onnx, write_onnx
 
 FORMATS = ("mindir", "onnx", "om")
 GOLDEN_SEED = 20_240_601  # episodes used for the golden set are disjoint from eval seeds
+GOLDEN_LANES = 2
+"""A dynamic-batch recurrent export's golden sequences: this many envs stepped together."""
 
 
 def parse_formats(text: str) -> list:
@@ -81,6 +85,32 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
                                                       "episodes": ep, "seed": seed}
 
 
+def golden_sequences(policy: TrainCellPolicy, lanes: int, steps: int, seed: int = GOLDEN_SEED) -> tuple:
+    """A recurrent policy's golden sequences: in each of ``lanes`` lanes, seeded deterministic
+    episodes of the training cell one after the other, cut at ``steps`` steps (episode_starts 1 at
+    each episode's first step); then the training cell's deployed loop (the deploy package's
+    RecurrentState) over them at ``lanes`` rows per call: its action, h and c at every step.
+    Returns (arrays for golden.npz, rows step-major, and the manifest's counts)."""
+    obs, starts, episodes = [], [], 0
+    for lane in range(lanes):
+        frames, flags = [], []
+        while sum(len(f) for f in frames) < steps:
+            run = run_episodes(policy.env_config(), policy.act, 1, seed + 1000 * lane + len(frames), trajectories=True)
+            ep = np.asarray(run["episodes"][0]["obs"], policy.spec.input_dtype)
+            frames.append(ep)
+            flags.append(np.eye(1, len(ep), dtype=np.float32)[0])
+            episodes += 1
+        obs.append(np.concatenate(frames)[:steps])
+        starts.append(np.concatenate(flags)[:steps])
+    obs, starts = np.stack(obs, axis=1), np.stack(starts, axis=1)  # (steps, lanes, ...)
+    ref = run_sequences(policy, obs, starts)
+    flat = {"obs": obs, "actions": ref["actions"], "episode_starts": starts, "h": ref["h"], "c": ref["c"]}
+    arrays = {k: np.ascontiguousarray(v.reshape((steps * lanes,) + v.shape[2:])) for k, v in flat.items()}
+    return arrays, {"rollout": steps * lanes, "bounds": 0, "episodes": episodes, "seed": seed,
+                    "sequences": {"lanes": lanes, "steps": steps,
+                                  "episode_starts": int(starts.sum())}}
+
+
 # one linear pipeline (validate, each format, golden set, manifest, swap): its branches are options
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),  # noqa: C901
                precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
@@ -107,17 +137,18 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         raise ConfigError(f"output directory {out_dir} exists and is not empty; pass --force to replace it")
 
     reference = TrainCellPolicy(run_dir, checkpoint)
-    if reference.state_size:
-        raise ConfigError(f"{run_dir} trained a recurrent policy (policy.recurrent); msrl export does not write "
-                          f"recurrent graphs yet (their state inputs and outputs, golden sequences): evaluate it with "
-                          f"`msrl eval {run_dir}`")
+    state = reference.state_size  # a recurrent policy's h and c units: graph inputs and outputs
+    if state and (precision == "fp16" or precision_sweep):
+        raise ConfigError(f"{run_dir} trained a recurrent policy: --precision fp16 and --precision-sweep are not "
+                          f"built for recurrent exports (fp32 only)")
     spec = reference.spec
     if precision == "fp16":
         from .sweep import emulated_policy
         cell = emulated_policy(run_dir, reference.checkpoint, "fp16").cell
     else:
         cell = reference.cell  # the very cell the training code evaluates
-    golden_batch = 1 if batch == "dynamic" else int(batch)
+    # the batch of the golden set's reference calls; a recurrent one steps GOLDEN_LANES envs together
+    golden_batch = (GOLDEN_LANES if state else 1) if batch == "dynamic" else int(batch)
 
     parent = os.path.dirname(os.path.abspath(out_dir)) or "."
     os.makedirs(parent, exist_ok=True)
@@ -128,13 +159,15 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
     try:
         export_info = mf.ExportInfo(formats=formats, precision=precision, batch=batch, golden_batch=golden_batch)
         conversion = export_info.conversion
-        write_mindir(cell, spec.obs_dim, batch, os.path.join(tmp, "actor.mindir"), spec.input_dtype)
+        write_mindir(cell, spec.obs_dim, batch, os.path.join(tmp, "actor.mindir"), spec.input_dtype, state)
         if "onnx" in formats:
             export_info.onnx = write_onnx(cell, spec.obs_dim, golden_batch, os.path.join(tmp, "actor.onnx"),
-                                          dynamic=batch == "dynamic" and "om" not in formats, dtype=spec.input_dtype)
+                                          dynamic=batch == "dynamic" and "om" not in formats, dtype=spec.input_dtype,
+                                          state_size=state)
         if "om" in formats:
             conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"),
-                                        export_info.onnx["input"], golden_batch, spec.obs_dim, soc_version, precision_mode)
+                                        export_info.onnx["input"], golden_batch, spec.obs_dim, soc_version, precision_mode,
+                                        state)
         conversion["lite"] = {
             "note": "MindSpore Lite builds actor.mindir directly; its Ascend default is fp16, so load_policy "
                     "always sets context.ascend.precision_mode (default enforce_fp32)",
@@ -142,21 +175,26 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
 
         write_bundle(tmp)
 
-        obs, counts = golden_observations(reference, golden)
-        actions = reference.act_at_batch(obs, golden_batch)
+        if state:
+            arrays, counts = golden_sequences(reference, golden_batch, -(-golden // golden_batch))
+            obs = arrays["obs"]
+        else:
+            obs, counts = golden_observations(reference, golden)
+            arrays = {"obs": obs, "actions": reference.act_at_batch(obs, golden_batch)}
         with open(os.path.join(tmp, "golden.npz"), "wb") as fh:
-            np.savez(fh, obs=obs, actions=actions)
+            np.savez(fh, **arrays)
         sweep = None
         if precision_sweep:
             from .sweep import precision_sweep as run_sweep
             from .sweep import sweep_markdown
-            sweep = run_sweep(run_dir, reference.checkpoint, obs, actions, golden_batch, sweep_episodes)
+            sweep = run_sweep(run_dir, reference.checkpoint, obs, arrays["actions"], golden_batch, sweep_episodes)
             atomic_write_text(os.path.join(tmp, "precision_sweep.json"), json.dumps(sweep, indent=2) + "\n")
             atomic_write_text(os.path.join(tmp, "precision_sweep.md"), sweep_markdown(sweep))
 
         files = {name: file_sha256(os.path.join(tmp, name)) for name in sorted(os.listdir(tmp))}
         out_dtype = "int32" if spec.discrete else "float32"
-        out_shape = [None if batch == "dynamic" else golden_batch] + list(spec.action_shape)
+        io_batch = None if batch == "dynamic" else golden_batch
+        out_shape = [io_batch] + list(spec.action_shape)
         versions = mf.versions()
         manifest = mf.Manifest(
             schema_version=SCHEMA_VERSION,
@@ -170,10 +208,10 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
             source=mf.Source(run_dir=os.path.abspath(run_dir), checkpoint=os.path.abspath(reference.checkpoint),
                              checkpoint_sha256=file_sha256(reference.checkpoint), config=to_dict(reference.cfg)),
             export=export_info,
-            io={"input": {"name": INPUT_NAME, "shape": [None if batch == "dynamic" else golden_batch, spec.obs_dim],
-                          "dtype": spec.input_dtype},
+            io={"input": {"name": INPUT_NAME, "shape": [io_batch, spec.obs_dim], "dtype": spec.input_dtype},
                 "output": {"name": OUTPUT_NAME, "shape": out_shape, "dtype": out_dtype},
-                "post_processing": _post_processing(spec, reference.agent.squash)},
+                "post_processing": _post_processing(spec, reference.agent.squash),
+                **({"state": state_io(state, io_batch)} if state else {})},
             files=files,
             golden=mf.GoldenInfo(file="golden.npz", count=int(len(obs)), batch=golden_batch,
                                  reference="training cell, fp32", **counts),

@@ -24,8 +24,17 @@ class AtcUnavailable(RuntimeError):
     """CANN's atc is not installed or not on PATH."""
 
 
+def input_shape(input_name: str, batch: int, obs_dim: int, state_size: int = 0) -> str:
+    """ATC's ``--input_shape`` value: every graph input at the fixed batch (a recurrent graph's
+    h, c and episode_start after the observation, ';'-separated)."""
+    shapes = [f"{input_name}:{int(batch)},{int(obs_dim)}"]
+    if state_size:
+        shapes += [f"h:{int(batch)},{int(state_size)}", f"c:{int(batch)},{int(state_size)}", f"episode_start:{int(batch)}"]
+    return ";".join(shapes)
+
+
 def atc_command(atc: str, onnx_path: str, output_base: str, input_name: str, batch: int, obs_dim: int,
-                soc_version: str, precision_mode: str) -> List[str]:
+                soc_version: str, precision_mode: str, state_size: int = 0) -> List[str]:
     if precision_mode not in ATC_PRECISION_MODES:
         raise ValueError(f"--precision-mode {precision_mode!r} is not an ATC precision mode; "
                          f"expected one of {', '.join(ATC_PRECISION_MODES)}")
@@ -37,7 +46,7 @@ def atc_command(atc: str, onnx_path: str, output_base: str, input_name: str, bat
         f"--framework={ONNX_FRAMEWORK}",
         f"--output={output_base}",
         f"--soc_version={soc_version}",
-        f"--input_shape={input_name}:{int(batch)},{int(obs_dim)}",
+        f"--input_shape={input_shape(input_name, batch, obs_dim, state_size)}",
         f"--precision_mode={precision_mode}",
         "--log=error",
     ]
@@ -54,11 +63,12 @@ def find_atc() -> str:
 
 
 def write_om(onnx_path: str, out_path: str, input_name: str, batch: int, obs_dim: int,
-             soc_version: str, precision_mode: str = DEFAULT_PRECISION_MODE) -> dict:
+             soc_version: str, precision_mode: str = DEFAULT_PRECISION_MODE, state_size: int = 0) -> dict:
     """Run ATC; returns the options and command recorded in the manifest."""
     assert out_path.endswith(".om")
     atc = find_atc()
-    cmd = atc_command(atc, onnx_path, out_path[:-3], input_name, batch, obs_dim, soc_version, precision_mode)
+    cmd = atc_command(atc, onnx_path, out_path[:-3], input_name, batch, obs_dim, soc_version, precision_mode,
+                      state_size)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"atc failed with exit code {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}\n"
@@ -66,5 +76,5 @@ def write_om(onnx_path: str, out_path: str, input_name: str, batch: int, obs_dim
     if not os.path.isfile(out_path):
         raise RuntimeError(f"atc exited 0 but did not write {out_path}; command: {' '.join(cmd)}")
     return {"tool": "atc", "soc_version": soc_version, "precision_mode": precision_mode,
-            "framework": ONNX_FRAMEWORK, "input_shape": f"{input_name}:{int(batch)},{int(obs_dim)}",
+            "framework": ONNX_FRAMEWORK, "input_shape": input_shape(input_name, batch, obs_dim, state_size),
             "command": [os.path.basename(cmd[0])] + cmd[1:]}

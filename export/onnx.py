@@ -5,8 +5,10 @@ output batch dimension is made symbolic (``dim_param "batch"``) with the onnx pa
 intermediate shape annotations are dropped (ONNX Runtime infers them), and the result is
 checked with ``onnx.checker`` and run by ONNX Runtime at batch 1, 7 and 256 against the
 policy cell (discrete actions identical, continuous within 1e-5): the policy cells are Gemm /
-elementwise / ArgMax graphs without a Reshape, so nothing inside hardcodes the batch. If that
-check ever fails, the fixed-batch graph is kept and the reason recorded in the manifest.
+elementwise / ArgMax graphs. A recurrent cell's one Reshape (the ExpandDims of its (B,)
+episode_start) is written with the batch as a constant, which becomes -1; a recurrent cell's
+outputs are all compared (action, h_next, c_next). If that check ever fails, the fixed-batch
+graph is kept and the reason recorded in the manifest.
 
 MindSpore writes an ``ops.argmax`` output as an int32 Cast behind an int64-declared graph
 output, which ONNX Runtime refuses to load; the policy cell's ArgmaxHead therefore emits
@@ -18,6 +20,7 @@ import os
 
 import numpy as np
 
+from msrl_consistent.deploy.recurrent import STATE_INPUTS, STATE_OUTPUTS
 from msrl_consistent.optional import ONNX_INSTALL, require
 
 INPUT_NAME = "obs"
@@ -33,7 +36,26 @@ DYNAMIC_CHECK_BATCHES = (1, 7, 256)
 BATCH_DIM = "batch"
 
 
-def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = False, dtype: str = "float32") -> dict:
+def dummy_inputs(obs_dim: int, batch: int, dtype: str, state_size: int, rng=None) -> list:
+    """The graph's inputs at ``batch`` rows: the observation (zeros, or random with ``rng``) and, for
+    a recurrent cell, h, c and episode_start."""
+    if rng is None:
+        x = [np.zeros((batch, obs_dim), dtype)]
+    else:
+        x = [rng.integers(0, 256, (batch, obs_dim)).astype(np.uint8) if dtype == "uint8"
+             else rng.normal(0.0, 1.0, (batch, obs_dim)).astype(np.float32)]
+    if state_size:
+        if rng is None:
+            x += [np.zeros((batch, state_size), np.float32)] * 2 + [np.ones(batch, np.float32)]
+        else:
+            x += [rng.uniform(-1, 1, (batch, state_size)).astype(np.float32),
+                  rng.normal(0, 1, (batch, state_size)).astype(np.float32),
+                  (rng.random(batch) < 0.5).astype(np.float32)]
+    return x
+
+
+def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = False, dtype: str = "float32",
+               state_size: int = 0) -> dict:
     import mindspore as ms
     from mindspore import Tensor
 
@@ -42,33 +64,32 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
         export = ms_onnx.export
     except (ImportError, AttributeError):  # pragma: no cover - older MindSpore
         export = None
-    dummy = Tensor(np.zeros((int(batch), obs_dim), dtype))
+    dummy = [Tensor(x) for x in dummy_inputs(obs_dim, int(batch), dtype, state_size)]
+    input_names = [INPUT_NAME] + (list(STATE_INPUTS) if state_size else [])
+    output_names = [OUTPUT_NAME] + (list(STATE_OUTPUTS) if state_size else [])
     # output_names is not passed: MindSpore 2.10 renames the graph output but not the node
     # producing it when the last op is a Cast (ONNX Runtime then rejects the model); the
-    # output is renamed below with the onnx package instead.
+    # outputs are renamed below with the onnx package instead.
     if export is not None:
-        export(cell, dummy, file_name=out_path, input_names=[INPUT_NAME])
+        export(cell, *dummy, file_name=out_path, input_names=input_names)
     else:  # pragma: no cover
-        ms.export(cell, dummy, file_name=out_path[:-5], file_format="ONNX")
+        ms.export(cell, *dummy, file_name=out_path[:-5], file_format="ONNX")
     if not os.path.isfile(out_path):  # pragma: no cover
         raise RuntimeError(f"ONNX export did not write {out_path}")
     info = {"batch": int(batch), "input": INPUT_NAME}
     onnx = require_onnx()
     model = onnx.load(out_path)
-    old = model.graph.output[0].name
-    if old != OUTPUT_NAME:
+    renames = {out.name: new for out, new in zip(model.graph.output, output_names) if out.name != new}
+    if renames:
         for node in model.graph.node:
-            for i, name in enumerate(node.output):
-                if name == old:
-                    node.output[i] = OUTPUT_NAME
-            for i, name in enumerate(node.input):
-                if name == old:
-                    node.input[i] = OUTPUT_NAME
-        model.graph.output[0].name = OUTPUT_NAME
+            node.output[:] = [renames.get(name, name) for name in node.output]
+            node.input[:] = [renames.get(name, name) for name in node.input]
+        for out in model.graph.output:
+            out.name = renames.get(out.name, out.name)
         onnx.checker.check_model(model)
         onnx.save(model, out_path)
     if dynamic:
-        reason = _make_batch_dynamic(onnx, model, cell, obs_dim, out_path, dtype)
+        reason = _make_batch_dynamic(onnx, model, cell, obs_dim, out_path, dtype, int(batch), state_size)
         if reason is None:
             info["batch"] = "dynamic"
             model = onnx.load(out_path)
@@ -77,14 +98,45 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
     info["opset"] = int(model.opset_import[0].version)
     info["input"] = model.graph.input[0].name
     info["output"] = model.graph.output[0].name
+    if state_size:
+        info["inputs"] = [i.name for i in model.graph.input]
+        info["outputs"] = [o.name for o in model.graph.output]
     info["output_elem_type"] = onnx.TensorProto.DataType.Name(model.graph.output[0].type.tensor_type.elem_type)
     return info
 
 
-def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str, dtype: str = "float32"):
-    """Symbolic batch dimension on the graph's input and output; written to ``out_path`` only
-    when onnx.checker and ONNX Runtime at DYNAMIC_CHECK_BATCHES agree with ``cell``. Returns
-    None on success, else the reason the fixed-batch graph was kept."""
+def _batch_reshapes(onnx, graph, batch: int) -> int:
+    """Reshape targets written as constants with the export's batch first (MindSpore writes an
+    ExpandDims of a (B,) input that way) get -1 there; -> how many. The dynamic check below proves
+    the result against the cell."""
+    from onnx import numpy_helper
+
+    consts = {n.output[0]: n for n in graph.node if n.op_type == "Constant"}
+    inits = {i.name: i for i in graph.initializer}
+    changed = 0
+    for node in graph.node:
+        if node.op_type != "Reshape" or len(node.input) < 2:
+            continue
+        name = node.input[1]
+        if name in inits:
+            shape = numpy_helper.to_array(inits[name])
+            if shape.ndim == 1 and shape.size > 1 and shape[0] == batch:
+                inits[name].CopyFrom(numpy_helper.from_array(np.concatenate([[-1], shape[1:]]).astype(shape.dtype), name))
+                changed += 1
+        elif name in consts:
+            attr = next((a for a in consts[name].attribute if a.name == "value"), None)
+            shape = None if attr is None else numpy_helper.to_array(attr.t)
+            if shape is not None and shape.ndim == 1 and shape.size > 1 and shape[0] == batch:
+                attr.t.CopyFrom(numpy_helper.from_array(np.concatenate([[-1], shape[1:]]).astype(shape.dtype)))
+                changed += 1
+    return changed
+
+
+def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str, dtype: str = "float32", batch: int = 1,
+                        state_size: int = 0):
+    """Symbolic batch dimension on the graph's inputs and outputs; written to ``out_path`` only
+    when onnx.checker and ONNX Runtime at DYNAMIC_CHECK_BATCHES agree with ``cell`` on every
+    output. Returns None on success, else the reason the fixed-batch graph was kept."""
     from mindspore import Tensor
 
     dyn = onnx.ModelProto()
@@ -95,25 +147,30 @@ def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str, dtype: s
             dims[0].ClearField("dim_value")
             dims[0].dim_param = BATCH_DIM
     del dyn.graph.value_info[:]
+    if batch > 1 or state_size:
+        _batch_reshapes(onnx, dyn.graph, batch)
     try:
         onnx.checker.check_model(dyn)
         import onnxruntime as ort
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         sess = ort.InferenceSession(dyn.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
         rng = np.random.default_rng(0)
         for b in DYNAMIC_CHECK_BATCHES:
-            x = (rng.integers(0, 256, (b, obs_dim)).astype(np.uint8) if dtype == "uint8"
-                 else rng.normal(0.0, 1.0, (b, obs_dim)).astype(np.float32))
-            got = sess.run(None, {sess.get_inputs()[0].name: x})[0]
-            want = cell(Tensor(x)).asnumpy()
-            if got.shape != want.shape or got.dtype != want.dtype:
-                return f"batch {b}: ONNX Runtime returned {got.dtype} {list(got.shape)}, the cell {want.dtype} {list(want.shape)}"
-            if want.dtype.kind in "iu":
-                if not np.array_equal(got, want):
-                    return f"batch {b}: discrete actions differ from the cell's"
-            elif float(np.abs(got.astype(np.float64) - want).max()) > 1e-5:
-                return f"batch {b}: max abs error {float(np.abs(got - want).max()):.3g} > 1e-5"
+            xs = dummy_inputs(obs_dim, b, dtype, state_size, rng)
+            gots = sess.run(None, dict(zip(names, xs)))
+            wants = cell(*(Tensor(x) for x in xs))
+            wants = [w.asnumpy() for w in (wants if isinstance(wants, (tuple, list)) else [wants])]
+            for k, (got, want) in enumerate(zip(gots, wants)):
+                what = f"batch {b}, output {k}"
+                if got.shape != want.shape or got.dtype != want.dtype:
+                    return f"{what}: ONNX Runtime returned {got.dtype} {list(got.shape)}, the cell {want.dtype} {list(want.shape)}"
+                if want.dtype.kind in "iu":
+                    if not np.array_equal(got, want):
+                        return f"{what}: discrete actions differ from the cell's"
+                elif float(np.abs(got.astype(np.float64) - want).max()) > 1e-5:
+                    return f"{what}: max abs error {float(np.abs(got - want).max()):.3g} > 1e-5"
     except Exception as exc:  # keep the fixed graph, say why
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     onnx.save(dyn, out_path)

@@ -93,7 +93,7 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
     hashes = export.files
     g_obs, g_act = export.golden()
     golden = golden_check(policy, export, atol)
-    if policy.fixed_batch is None and not golden.get("output_mismatch"):
+    if policy.fixed_batch is None and not golden.get("output_mismatch") and not export.state_size:
         # Batch sensitivity: the whole set in one call against the recorded batch-1 actions.
         whole = policy.run_batched(policy.validate(g_obs))
         sens = compare_actions(whole, g_act, discrete, 0.0)
@@ -163,7 +163,13 @@ def _judge(report: dict, backend: str, precision: str, discrete: bool):
         name = "golden set bit-identical" if strict and report["atol"] == 0 else f"golden set within atol {report['atol']:g}"
         if discrete:
             name = "golden set discrete actions identical"
+        if "sequences" in golden:  # a recurrent export: actions and states at every step of the deployed loop
+            tol = "bit-identical" if report["atol"] == 0 else f"within atol {report['atol']:g}"
+            name = (f"golden sequences step by step: {'discrete actions identical' if discrete else 'actions'} and "
+                    f"states {tol}")
         crit.append({"name": name, "passed": bool(golden["passed"]), "first_mismatch": golden.get("first_mismatch")})
+        for fault in golden.get("faults", []):
+            crit.append({"name": f"fault: {fault}", "passed": False})
         if roll is not None:
             if strict and report["atol"] == 0:
                 crit.append({"name": "rollouts identical step for step", "passed": roll["identical_episodes"] == roll["episodes"],
@@ -186,8 +192,11 @@ def render_markdown(r: dict) -> str:
              f"- integrity: sha256 of {', '.join(r['integrity']['checked'])} match the manifest", "",
              "## Golden set", "", "| metric | value |", "| --- | --- |",
              f"| observations | {g.get('count')} (batch {g.get('batch')}) |"]
+    if "sequences" in g:
+        lines.append(f"| sequences | {g['sequences']['lanes']} lanes x {g['sequences']['steps']} steps, the state "
+                     f"carried by the deployed loop |")
     for k in ("output_mismatch", "agreement", "max_abs_error", "mean_abs_error", "max_rel_error", "bit_identical",
-              "first_mismatch"):
+              "max_state_error", "first_mismatch", "first_divergence"):
         if k in g:
             lines.append(f"| {k} | {g[k]} |")
     if "batch_sensitivity" in g:

@@ -133,6 +133,10 @@ def cmd_verify(args) -> int:
         g = report["golden"]
         err = f"agreement {g['agreement']:.4f}" if "agreement" in g else f"max abs error {g.get('max_abs_error', float('nan')):.3g}"
         print(f"msrl verify [{args.backend}]: golden set {g.get('count')} obs, {err}, bit-identical {g.get('bit_identical')}")
+        if "sequences" in g:
+            print(f"  golden sequences: {g['sequences']['lanes']} lanes x {g['sequences']['steps']} steps through the "
+                  f"deployed loop, max state error {g.get('max_state_error', float('nan')):.3g}, first divergence "
+                  f"{g.get('first_divergence')}")
         roll = report["rollouts"]
         if roll:
             print(f"  rollouts: {rollout_summary(report)}, return exported "

@@ -76,6 +76,8 @@ class GoldenInfo:
     bounds: int = 0
     episodes: int = 0
     seed: int = 0
+    sequences: Optional[Dict[str, int]] = None
+    """A recurrent export's golden sequences: lanes (envs stepped together), steps, episode_starts."""
 
 
 @dataclass
@@ -106,6 +108,8 @@ class Manifest:
             del d["precision_sweep"]
         if d["export"]["onnx"] is None:
             del d["export"]["onnx"]
+        if d["golden"]["sequences"] is None:
+            del d["golden"]["sequences"]
         return d
 
     @classmethod

@@ -71,6 +71,9 @@ class Recordable:
         """Record every observation and action of later ``act`` calls into the trace ``path``
         (with the guard's counters, when guarded)."""
         from .recording import TraceRecorder
+        if self.state_size:
+            raise ConfigError("recording a recurrent policy is not built (a trace for msrl replay would need its "
+                              "state at every step); run it without --record")
         self.recorder = TraceRecorder(path, source_sha256, self.backend, self.obs_dim, self.spec.discrete, limit,
                                       obs_dtype=self.spec.input_dtype)
         self.recorder.extra_meta = lambda: {"guard": self.guard_stats()} if self.guard is not None else {}

@@ -37,3 +37,10 @@ def pendulum_run(tmp_path_factory):
                                     ["total_timesteps=2048", "algo.n_steps=256", "eval.freq=0", "eval.episodes=1"],
                                     "pendulum")
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def board_path(tmp_path_factory):
+    """PYTHONPATH of a simulated board: numpy and onnxruntime only (helpers.board runs python -S there)."""
+    from helpers import board_site
+    return board_site(tmp_path_factory.mktemp("board-site"))

@@ -99,3 +99,28 @@ def recording_opens():
         yield OPENED
     finally:
         _RECORDING[0] = False
+
+
+BOARD_PACKAGES = ("numpy", "numpy.libs", "onnxruntime", "flatbuffers", "packaging", "sympy", "mpmath", "google",
+                  "coloredlogs", "humanfriendly")
+"""What a board has installed: numpy and onnxruntime with onnxruntime's import-time dependencies."""
+
+
+def board_site(root):
+    """A directory of symlinks to BOARD_PACKAGES only, for ``python -S`` with it as PYTHONPATH."""
+    import numpy as np
+
+    site = os.path.dirname(os.path.dirname(np.__file__))
+    for name in BOARD_PACKAGES:
+        if os.path.exists(os.path.join(site, name)):
+            os.symlink(os.path.join(site, name), os.path.join(str(root), name))
+    return str(root)
+
+
+def board(board_path, bundle, *args):
+    """``python -S policy.py ARGS`` in the bundle directory with only numpy/onnxruntime importable."""
+    import subprocess
+
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run([sys.executable, "-S", "policy.py", *args], cwd=bundle, env=env, capture_output=True,
+                          text=True, timeout=300)

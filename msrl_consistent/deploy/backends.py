@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -17,14 +17,35 @@ if TYPE_CHECKING:
 
 
 class Runner:
-    """A loaded model: ``run(x)`` on float32 (B, obs_dim) at ``fixed_batch`` rows (None: any)."""
+    """A loaded model at ``fixed_batch`` rows (None: any): ``run(x)`` -> the action batch from the
+    model input rows; a recurrent graph's ``run_step(x, h, c, episode_start)`` -> (action, h', c').
+    ``run_all`` takes the graph's inputs in order and returns its outputs in order."""
 
-    def __init__(self, backend: str, run: Callable[[np.ndarray], np.ndarray], fixed_batch: Optional[int],
-                 info: Optional[dict] = None):
+    def __init__(self, backend: str, run_all: Callable[[List[np.ndarray]], List[np.ndarray]],
+                 fixed_batch: Optional[int], info: Optional[dict] = None):
         self.backend = backend
-        self.run = run
+        self.run_all = run_all
         self.fixed_batch = fixed_batch
         self.info = info or {}
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        return self.run_all([x])[0]
+
+    def run_step(self, x, h, c, episode_start) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        out = self.run_all([x, h, c, episode_start])
+        if len(out) != 3:
+            raise ExportError(f"{MODEL_FILE[self.backend]}: returns {len(out)} outputs, a recurrent graph returns 3 "
+                              f"(action, h_next, c_next)")
+        return out[0], out[1], out[2]
+
+
+def probe_inputs(export: Export, b: int) -> List[np.ndarray]:
+    """Zeros of the manifest's input shapes at batch ``b`` (the state inputs of a recurrent graph
+    after the observation; episode_start 1)."""
+    x = [np.zeros((b, export.obs_dim), export.input_dtype)]
+    if export.state_size:
+        x += [np.zeros((b, export.state_size), np.float32)] * 2 + [np.ones(b, np.float32)]
+    return x
 
 
 def _import(module: str, backend: str):
@@ -57,14 +78,17 @@ def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id:
     runner = Runner(backend, run, fixed, info)
     if probe:  # the manifest's input shape; a dynamic batch claim is probed at two sizes
         for b in ([fixed] if fixed else sorted({export.golden_batch, 3})):
-            x = np.zeros((b, export.obs_dim), export.input_dtype)
             try:
-                out = np.asarray(run(x))
+                outs = [np.asarray(o) for o in run(probe_inputs(export, b))]
             except Exception as exc:
+                what = " (and its state inputs)" if export.state_size else ""
                 raise ExportError(f"{name}: backend {backend} loads it but cannot run it on the manifest's input "
-                                  f"shape {[b if fixed else None, export.obs_dim]} at batch {b} ({_one_line(exc)})") from None
-            if out.ndim < 1 or out.shape[0] != b:
-                raise ExportError(f"{name}: returns shape {list(out.shape)} for a batch of {b}")
+                                  f"shape {[b if fixed else None, export.obs_dim]}{what} at batch {b} "
+                                  f"({_one_line(exc)})") from None
+            want = [(b,)] + [(b, export.state_size)] * 2 if export.state_size else [(b,)]
+            if len(outs) < len(want) or any(o.shape[:len(w)] != w for o, w in zip(outs, want)):
+                raise ExportError(f"{name}: returns {[list(o.shape) for o in outs]} for a batch of {b}, expected "
+                                  f"{len(want)} output(s) with leading shapes {[list(w) for w in want]}")
     return runner
 
 
@@ -75,11 +99,11 @@ def _onnxruntime(path, fixed, threads=1, **_):
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    input_name = session.get_inputs()[0].name
+    names = [i.name for i in session.get_inputs()]
 
-    def run(x):
-        return session.run(None, {input_name: x})[0]
-    return run, {"input": input_name, "version": ort.__version__}
+    def run(xs):
+        return session.run(None, dict(zip(names, xs)))
+    return run, {"input": names[0], "version": ort.__version__}
 
 
 def _mindspore(path, fixed, configure=None, **_):
@@ -99,8 +123,9 @@ def _mindspore(path, fixed, configure=None, **_):
     with _quiet_fd2():  # MindSpore logs a broken file's parse errors from C++; the error message says it once
         graph = nn.GraphCell(ms.load(path))
 
-    def run(x):
-        return graph(Tensor(x)).asnumpy()
+    def run(xs):
+        out = graph(*(Tensor(x) for x in xs))
+        return [o.asnumpy() for o in out] if isinstance(out, (tuple, list)) else [out.asnumpy()]
     return run, {"version": ms.__version__}
 
 
@@ -161,12 +186,14 @@ def _lite(path, fixed, target="cpu", device_id=0, precision_mode=None, **_):
     inputs = model.get_inputs()
     state = {"shape": None}
 
-    def run(x):
-        if state["shape"] != x.shape:
-            model.resize(inputs, [list(x.shape)])
-            state["shape"] = x.shape
-        inputs[0].set_data_from_numpy(x)
-        return model.predict(inputs)[0].get_data_to_numpy()
+    def run(xs):
+        shapes = [list(x.shape) for x in xs]
+        if state["shape"] != shapes:
+            model.resize(inputs, shapes)
+            state["shape"] = shapes
+        for tensor, x in zip(inputs, xs):
+            tensor.set_data_from_numpy(x)
+        return [o.get_data_to_numpy() for o in model.predict(inputs)]
     return run, {"target": target, "precision_mode": mode, "device_id": int(device_id)}
 
 
@@ -180,8 +207,8 @@ def _om(path, fixed, device_id=0, **_):
     if interface is not None:
         session = interface.InferSession(int(device_id), path)
 
-        def run(x):
-            return np.asarray(session.infer([x], mode="static")[0])
+        def run(xs):
+            return [np.asarray(o) for o in session.infer(list(xs), mode="static")]
         return run, {"api": "ais_bench.infer.interface.InferSession", "device_id": int(device_id)}
     try:
         acl = importlib.import_module("aclruntime")
@@ -192,10 +219,14 @@ def _om(path, fixed, device_id=0, **_):
     session = acl.InferenceSession(path, int(device_id), options)
     out_names = [o.name for o in session.get_outputs()]
 
-    def run(x):
-        t = acl.Tensor(np.ascontiguousarray(x))
-        t.to_device(int(device_id))
-        outs = session.run(out_names, [t])
-        outs[0].to_host()
-        return np.array(outs[0])
+    def run(xs):
+        tensors = []
+        for x in xs:
+            t = acl.Tensor(np.ascontiguousarray(x))
+            t.to_device(int(device_id))
+            tensors.append(t)
+        outs = session.run(out_names, tensors)
+        for o in outs:
+            o.to_host()
+        return [np.array(o) for o in outs]
     return run, {"api": "aclruntime.InferenceSession", "device_id": int(device_id)}

@@ -6,47 +6,32 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
+from .compare import compare_actions
 from .errors import EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS, ExportError, _one_line
 from .names import BACKENDS, MODEL_FILE
 from .policy import Policy, load
 from .reader import Export, open_export
-
-
-def compare_actions(pred: np.ndarray, ref: np.ndarray, discrete: bool, atol: float) -> dict:
-    """The golden-set comparison of ``msrl verify`` and ``check``: discrete actions identical,
-    continuous ones within ``atol`` (0: bitwise)."""
-    pred = np.asarray(pred)
-    ref = np.asarray(ref)
-    if pred.shape != ref.shape:
-        return {"shape_mismatch": True, "pred_shape": list(pred.shape), "ref_shape": list(ref.shape),
-                "passed": False, "first_mismatch": 0}
-    out: Dict[str, Any] = {"count": int(len(ref))}
-    if discrete:  # per row: a MultiDiscrete / MultiBinary action agrees when every dimension does
-        equal = (pred.astype(np.int64) == ref.astype(np.int64)).reshape(len(ref), -1).all(axis=1)
-        out["agreement"] = float(equal.mean())
-        bad = np.nonzero(~equal)[0]
-        out["first_mismatch"] = int(bad[0]) if bad.size else None
-        out["passed"] = bool(equal.all())
-        out["bit_identical"] = bool(np.array_equal(pred, ref) and pred.dtype == ref.dtype)
-        return out
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(pred.astype(np.float64) - ref.astype(np.float64))
-        err = np.where(np.isnan(err), np.inf, err)
-        rel = err / np.maximum(np.abs(ref.astype(np.float64)), 1e-8)
-    row_err = err.reshape(len(err), -1).max(axis=1)
-    bad = np.nonzero(row_err > atol)[0]
-    out.update({"max_abs_error": float(err.max()), "mean_abs_error": float(err.mean()),
-                "max_rel_error": float(rel.max()), "bit_identical": bool(np.array_equal(pred, ref)),
-                "first_mismatch": int(bad[0]) if bad.size else None, "passed": bool(bad.size == 0)})
-    return out
+from .sequences import sequence_check
 
 
 def golden_check(policy: Policy, export: Export, atol: float) -> dict:
-    """The golden set at the exported batch shape against the training cell's recorded actions."""
+    """The golden set at the exported batch shape against the training cell's recorded actions
+    (a recurrent export: its golden sequences through the deployed loop, step by step)."""
+    if export.state_size:
+        try:
+            res = sequence_check(policy, export, atol)
+        except ExportError:
+            raise
+        except Exception as exc:
+            runner = getattr(policy, "runner", None)
+            name = "the model" if runner is None else MODEL_FILE.get(runner.backend, "the model")
+            raise ExportError(f"{name}: backend {policy.backend} failed on the golden sequences ({_one_line(exc)})") from None
+        res["batch"] = export.golden_batch
+        return res
     obs, ref = export.golden()
     try:
         pred = np.asarray(policy.act_at_batch(obs, export.golden_batch))
@@ -74,6 +59,7 @@ def latency(policy: Policy, obs: np.ndarray, batch: int, seconds: float = 1.0, m
     # ``obs`` are model-input rows (golden set); with frame stacking they hold k frames, which act()
     # (it takes one frame and stacks it) does not take: time validation + model on the rows instead
     call = policy.act if policy.frame_stack == 1 else (lambda r: policy.run_batched(policy.validate(r)))
+    policy.reset()  # a recurrent policy then carries the state of these ``batch`` envs
     times: List[float] = []
     t_end = time.perf_counter() + seconds
     while len(times) < min_calls or (time.perf_counter() < t_end and len(times) < 10_000):
@@ -95,7 +81,12 @@ def check(directory: str, backend: Optional[str] = None, atol: Optional[float] =
     b = policy.backend
     atol = export.default_atol(b) if atol is None else float(atol)
     golden = golden_check(policy, export, atol)
-    if export.precision == "fp16":
+    if export.state_size and export.precision != "fp16":
+        what = "identical" if export.discrete else ("bit-identical" if atol == 0 else f"within atol {atol:g}")
+        criterion = {"name": f"golden sequences step by step: actions {what}, states "
+                             f"{'bit-identical' if atol == 0 else f'within atol {atol:g}'}",
+                     "passed": bool(golden["passed"]), "value": golden.get("first_divergence")}
+    elif export.precision == "fp16":
         criterion = {"name": "golden set drift (fp16 export: reported, judged by msrl verify's rollouts)",
                      "passed": True, "value": golden.get("max_abs_error", golden.get("agreement"))}
     elif export.discrete:
@@ -167,6 +158,11 @@ def main(argv: Optional[List[str]] = None, prog: str = "policy.py", default_dir:
     for lat in r.get("latency", []):
         print(f"  latency at batch {lat['batch']}: p50 {lat['p50_us']:.0f} us, p99 {lat['p99_us']:.0f} us "
               f"({lat['calls']} calls)")
+    if "sequences" in g:
+        print(f"  golden sequences: {g['sequences']['lanes']} lanes x {g['sequences']['steps']} steps, max state "
+              f"error {g.get('max_state_error', float('nan')):.3g}, first divergence {g.get('first_divergence')}")
+    for fault in g.get("faults", []):
+        print(f"  fault: {fault}")
     for crit in r["criteria"]:
         print(f"  [{'ok' if crit['passed'] else 'FAIL'}] {crit['name']}")
     print(f"  {'PASS' if r['passed'] else 'FAIL'}; report: {r.get('report')}")

@@ -33,7 +33,7 @@ SCHEMA: Dict[str, Any] = {
                "conversion?": "dict", "onnx?": "dict|null"},
     "io": "dict", "files": "dict[str]",
     "golden": {"file": "str", "count": "int", "batch": "int", "reference": "str", "rollout?": "int",
-               "bounds?": "int", "episodes?": "int", "seed?": "int"},
+               "bounds?": "int", "episodes?": "int", "seed?": "int", "sequences?": "dict"},
     "precision_sweep?": "dict|null",
 }
 """The manifest's fields and JSON types (the same as msrl_consistent.manifest.Manifest; a test keeps them equal)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from typing import Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -12,13 +12,25 @@ from .errors import ExportError, _one_line
 from .fields import _short, column_n
 
 
-def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:  # noqa: C901  (each .npy header check is one branch, before allocation)
+def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:
     """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
+    arrays = read_golden_arrays(export)
+    return arrays["obs"], arrays["actions"]
+
+
+def read_golden_arrays(export) -> Dict[str, np.ndarray]:  # noqa: C901  (each .npy header check is one branch, before allocation)
+    """Every array of golden.npz, checked against the manifest before anything is allocated: obs and
+    actions; for a recurrent export also episode_starts (count,) and the states h, c (count, hidden),
+    rows step-major (step t of lane l is row t * lanes + l)."""
     name = export.golden_file
     path = export.path(name)
-    want = {"obs": ((export.golden_count, export.obs_dim), np.dtype(export.input_dtype)),
-            "actions": (((export.golden_count,), np.dtype(np.int32)) if export.act_kind == "Discrete"
-                        else ((export.golden_count, export.n_actions), np.dtype(np.int32 if export.discrete else np.float32)))}
+    n = export.golden_count
+    want: Dict[str, Tuple[tuple, np.dtype]] = {"obs": ((n, export.obs_dim), np.dtype(export.input_dtype)),
+            "actions": (((n,), np.dtype(np.int32)) if export.act_kind == "Discrete"
+                        else ((n, export.n_actions), np.dtype(np.int32 if export.discrete else np.float32)))}
+    if export.state_size:
+        want.update(episode_starts=((n,), np.dtype(np.float32)), h=((n, export.state_size), np.dtype(np.float32)),
+                    c=((n, export.state_size), np.dtype(np.float32)))
     size = os.path.getsize(path)
     try:
         with zipfile.ZipFile(path) as z:
@@ -45,7 +57,8 @@ def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:  # noqa: C901  (each .
                 if info.compress_size > size or nbytes > info.file_size or nbytes > ratio * info.compress_size + 4096:
                     raise ExportError(f"{name}: '{key}' declares {nbytes} bytes of data the file does not hold")
         with np.load(path, allow_pickle=False) as z:
-            obs, actions = z["obs"], z["actions"]
+            arrays = {key: z[key] for key in want}
+        obs, actions = arrays["obs"], arrays["actions"]
     except ExportError:
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError, RuntimeError, SyntaxError) as exc:
@@ -64,4 +77,12 @@ def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:  # noqa: C901  (each .
         raise ExportError(f"{name}: 'actions' holds indices outside 0..{export.n_actions - 1}")
     if not export.discrete and not np.isfinite(actions).all():
         raise ExportError(f"{name}: 'actions' holds non-finite values")
-    return np.ascontiguousarray(obs, export.input_dtype), np.ascontiguousarray(actions)
+    if export.state_size:
+        starts = arrays["episode_starts"].reshape(export.golden_steps, export.golden_lanes)
+        if not np.isin(starts, (0.0, 1.0)).all() or not (starts[0] == 1.0).all():
+            raise ExportError(f"{name}: 'episode_starts' must be 0 or 1 and 1 at every lane's first step")
+        for key in ("h", "c"):
+            if not np.isfinite(arrays[key]).all():
+                raise ExportError(f"{name}: '{key}' holds non-finite values")
+    arrays["obs"] = np.ascontiguousarray(obs, export.input_dtype)
+    return {k: np.ascontiguousarray(v) for k, v in arrays.items()}

@@ -36,14 +36,18 @@ class Guard:
         self._late = 0
         self.switched = False
 
-    def run(self, policy: Any, x: np.ndarray) -> np.ndarray:
+    def run(self, policy: Any, x: np.ndarray, state: Optional[tuple] = None) -> Any:
+        """The action batch for ``x``; for a recurrent policy, ``state`` = (h, c, episode_start) the
+        carried inputs and the result (action, h', c'): the fallback steps from the same carried
+        state, and its h', c' (checked finite) become the state."""
         n = len(x)
         self.calls += 1
         primary = self.fallback if self.switched else policy
+        call = (lambda p: p.run_batched(x)) if state is None else (lambda p: p.run_step_batched(x, *state))
         t0 = time.perf_counter()
         try:
-            out = primary.run_batched(x)
-            kind = policy.action_violation(out, n)
+            out = call(primary)
+            kind = self._violation(policy, out, n, state is not None)
             detail = kind
         except Exception as exc:  # a backend failure is answered like a wrong action
             out, kind, detail = None, "exception", _one_line(exc)
@@ -64,12 +68,26 @@ class Guard:
             raise GuardError(f"guarded policy: backend {primary.backend} returned {detail} and no fallback is "
                              f"available")
         self.fallbacks += 1
-        out = self.fallback.run_batched(x)
-        kind2 = policy.action_violation(out, n)
+        out = call(self.fallback)
+        kind2 = self._violation(policy, out, n, state is not None)
         if kind2 is not None:
             raise GuardError(f"guarded policy: backend {primary.backend} returned {detail}, and the fallback "
                              f"{self.fallback.backend} returned {kind2}")
         return out
+
+    @staticmethod
+    def _violation(policy: Any, out: Any, n: int, recurrent: bool) -> Optional[str]:
+        if not recurrent:
+            return policy.action_violation(out, n)
+        if not isinstance(out, tuple) or len(out) != 3:
+            return "shape"
+        want = (n, policy.state_size)
+        for s in out[1:]:
+            if not isinstance(s, np.ndarray) or s.shape != want:
+                return "shape"
+            if not np.isfinite(s).all():
+                return "nonfinite"
+        return policy.action_violation(out[0], n)
 
     def stats(self) -> dict:
         lat = np.asarray(self.latencies, np.float64) * 1e6

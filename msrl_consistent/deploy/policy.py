@@ -19,16 +19,23 @@ from .spaces import SpaceSpec
 def in_chunks(run, x: np.ndarray, batch: int) -> np.ndarray:
     """``run`` on ``x`` in calls of exactly ``batch`` rows (the last one padded by repeating its
     last row; the padding's outputs are dropped)."""
-    if x.shape[0] == batch:
-        return run(x)
+    return in_chunks_many(lambda *xs: (run(xs[0]),), (x,), batch)[0]
+
+
+def in_chunks_many(run, xs, batch: int) -> tuple:
+    """``run(*arrays) -> tuple of outputs`` on arrays of the same rows, in calls of exactly ``batch``
+    rows (as :func:`in_chunks`); -> the outputs concatenated."""
+    rows = xs[0].shape[0]
+    if rows == batch:
+        return tuple(run(*xs))
     outs = []
-    for start in range(0, x.shape[0], batch):
-        chunk = x[start:start + batch]
-        n = chunk.shape[0]
+    for start in range(0, rows, batch):
+        chunk = [x[start:start + batch] for x in xs]
+        n = chunk[0].shape[0]
         if n < batch:
-            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, axis=0)])
-        outs.append(run(chunk)[:n])
-    return np.concatenate(outs)
+            chunk = [np.concatenate([x, np.repeat(x[-1:], batch - n, axis=0)]) for x in chunk]
+        outs.append([o[:n] for o in run(*chunk)])
+    return tuple(np.concatenate(parts) for parts in zip(*outs))
 
 
 class Policy(Inputs):
@@ -94,9 +101,8 @@ class Policy(Inputs):
         x = self.validate(obs)
         n = x.shape[0]
         h, c = check_state(state, n, self.state_size)
-        action, h2, c2 = self._run_step(x, h, c, check_starts(episode_start, n))
+        action, h2, c2 = self._guarded_step(x, h, c, check_starts(episode_start, n))
         return (action[0] if single else action), (h2, c2)
-
 
     def act(self, obs) -> np.ndarray:
         """The environment action for one observation (obs_dim,) or a batch (B, obs_dim); for a
@@ -113,7 +119,7 @@ class Policy(Inputs):
             single = self.is_single(obs)
             x = self.validate(obs)
         if self._state is not None:  # the carried state of these envs in, the next state kept
-            out = self._state.step(self._run_step, x)
+            out = self._state.step(self._guarded_step, x)
         else:
             out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
         if self.recorder is not None:
@@ -127,6 +133,17 @@ class Policy(Inputs):
         if self.fixed_batch is None:
             return self._run(x)
         return in_chunks(self._run, x, self.fixed_batch)
+
+    def run_step_batched(self, x, h, c, episode_start):
+        """A recurrent step at the artifact's batch shape (as :meth:`run_batched`)."""
+        if self.fixed_batch is None:
+            return self._run_step(x, h, c, episode_start)
+        return in_chunks_many(self._run_step, (x, h, c, episode_start), self.fixed_batch)
+
+    def _guarded_step(self, x, h, c, episode_start):
+        if self.guard is None:
+            return self.run_step_batched(x, h, c, episode_start)
+        return self.guard.run(self, x, (h, c, episode_start))
 
     def act_at_batch(self, obs: np.ndarray, batch: int) -> np.ndarray:
         """Actions for ``obs`` computed ``batch`` rows per call (the golden set's reference shape)."""
@@ -162,19 +179,20 @@ class Policy(Inputs):
         """A recurrent policy's graph: -> (action, h', c')."""
         raise NotImplementedError
 
-
-
 class ExportPolicy(Policy):
     """An export directory on one backend."""
 
     def __init__(self, export: Export, runner: Runner):
-        super().__init__(export.spec, runner.fixed_batch)
+        super().__init__(export.spec, runner.fixed_batch, state_size=export.state_size)
         self.export = export
         self.runner = runner
         self.backend = runner.backend
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         return self.runner.run(x)
+
+    def _run_step(self, x, h, c, episode_start):
+        return self.runner.run_step(x, h, c, episode_start)
 
 
 def available_backends(export: Export) -> List[str]:

@@ -14,7 +14,7 @@ import numpy as np
 from .errors import ExportError, _one_line
 from .fields import _bounds, _dict_parts, _Fields, _is_int, _short, _width, check_schema, plain_name
 from .frames import FrameStack, MaxAndSkip
-from .golden import read_golden
+from .golden import read_golden, read_golden_arrays
 from .names import (
     FORMAT_FILE,
     MANIFEST,
@@ -30,6 +30,7 @@ from .names import (
     default_atol,
     memory_bytes,
 )
+from .recurrent import read_state_io
 from .spaces import SpaceSpec
 
 
@@ -197,6 +198,7 @@ class Export:
         if out_dtype != ("int32" if self.discrete else "float32"):
             raise ExportError(f"{MANIFEST}: field 'io.output.dtype' is {_short(out_dtype)}, but the action space "
                               f"is {self.act_kind}")
+        self.state_size = read_state_io(f, want_b)  # a recurrent graph's h and c units (0: none)
 
     def _files(self, f: _Fields) -> None:
         """files: plain names inside the directory with 64-hex sha256, every exported format listed."""
@@ -222,7 +224,15 @@ class Export:
         self.golden_count = f.int_in("golden.count", 1, MAX_GOLDEN)
         if f.int_in("golden.batch", 1, MAX_BATCH) != self.golden_batch:
             raise ExportError(f"{MANIFEST}: 'golden.batch' differs from 'export.golden_batch' {self.golden_batch}")
-        nbytes = self.golden_count * (self.row_bytes + 4 * (1 if self.act_kind == "Discrete" else self.n_actions))
+        self.golden_lanes, self.golden_steps = 0, 0
+        if self.state_size:  # golden sequences: `lanes` envs stepped together for `steps` steps
+            self.golden_lanes = f.int_in("golden.sequences.lanes", 1, MAX_BATCH)
+            self.golden_steps = f.int_in("golden.sequences.steps", 1, MAX_GOLDEN)
+            if self.golden_lanes != self.golden_batch or self.golden_lanes * self.golden_steps != self.golden_count:
+                raise ExportError(f"{MANIFEST}: 'golden.sequences' {self.golden_lanes} lanes x {self.golden_steps} steps "
+                                  f"must give 'golden.count' {self.golden_count} at 'golden.batch' {self.golden_batch}")
+        row_out = 4 * (1 if self.act_kind == "Discrete" else self.n_actions) + 4 * (2 * self.state_size + 1 if self.state_size else 0)
+        nbytes = self.golden_count * (self.row_bytes + row_out)
         if nbytes > memory_bytes() // 2:
             raise ExportError(f"{MANIFEST}: the golden set declares {self.golden_count} x {self.obs_dim} values "
                               f"({nbytes} bytes; half of this machine's memory is {memory_bytes() // 2})")
@@ -261,6 +271,13 @@ class Export:
     def golden(self) -> Tuple[np.ndarray, np.ndarray]:
         """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
         return read_golden(self)
+
+    def golden_sequences(self) -> Dict[str, np.ndarray]:
+        """A recurrent export's golden sequences, step-major: obs (steps, lanes, obs_dim), actions,
+        episode_starts (steps, lanes) and the training cell's h, c after every step (steps, lanes, hidden)."""
+        arrays = read_golden_arrays(self)
+        shape = (self.golden_steps, self.golden_lanes)
+        return {k: v.reshape(shape + v.shape[1:]) for k, v in arrays.items()}
 
     # -- golden set ---------------------------------------------------------------------------
 

@@ -12,8 +12,47 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from .errors import ExportError
+from .fields import _Fields, _short
+from .names import MANIFEST, MAX_DIM
+
 State = Tuple[np.ndarray, np.ndarray]
 """(h, c), each float32 (envs, hidden)."""
+
+STATE_INPUTS = ("h", "c", "episode_start")
+"""The graph's inputs after ``obs``, in this order."""
+STATE_OUTPUTS = ("h_next", "c_next")
+"""The graph's outputs after ``action``, in this order."""
+RESET_RULE = ("episode_start is 1.0 on the first step of an episode, else 0.0; the graph zeroes the incoming "
+              "state there (state * (1 - episode_start)) before the LSTM step; start from zeros, then feed "
+              "h_next, c_next back as the next step's h, c")
+
+
+def state_io(hidden: int, batch) -> dict:
+    """The manifest's ``io.state`` section of a recurrent export (``batch`` None: dynamic)."""
+    row = {"shape": [batch, int(hidden)], "dtype": "float32"}
+    return {"hidden": int(hidden),
+            "inputs": [dict(name="h", **row), dict(name="c", **row),
+                       {"name": "episode_start", "shape": [batch], "dtype": "float32"}],
+            "outputs": [dict(name="h_next", **row), dict(name="c_next", **row)],
+            "initial": "zeros", "reset": RESET_RULE}
+
+
+def read_state_io(f: _Fields, batch: Optional[int]) -> int:
+    """The state size of an export from its ``io.state`` section (0: not recurrent), checked to be
+    exactly :func:`state_io` of that size and batch (names, order, shapes, dtypes)."""
+    io = f.get("io", "dict")
+    if "state" not in io:
+        return 0
+    hidden = f.int_in("io.state.hidden", 1, MAX_DIM)
+    want = state_io(hidden, batch)
+    got = io["state"]
+    for key in ("inputs", "outputs", "initial"):
+        if not isinstance(got, dict) or got.get(key) != want[key]:
+            raise ExportError(f"{MANIFEST}: field 'io.state.{key}' is {_short(got.get(key) if isinstance(got, dict) else got)}, "
+                              f"expected {_short(want[key])} (a recurrent graph's state of {hidden} units at batch "
+                              f"{'dynamic' if batch is None else batch})")
+    return hidden
 
 
 class RecurrentState:

@@ -15,32 +15,12 @@ import types
 
 import numpy as np
 import pytest
-from helpers import train_run
+from helpers import board, train_run
 
 from msrl_consistent import deploy
 from msrl_consistent.cli import main
 from msrl_consistent.export.exporter import export_run
 from msrl_consistent.runtime import TrainCellPolicy, load_policy
-
-SITE = os.path.dirname(os.path.dirname(np.__file__))
-BOARD_PACKAGES = ("numpy", "numpy.libs", "onnxruntime", "flatbuffers", "packaging", "sympy", "mpmath", "google",
-                  "coloredlogs", "humanfriendly")
-
-
-@pytest.fixture(scope="module")
-def board_path(tmp_path_factory):
-    shim = tmp_path_factory.mktemp("board-site")
-    for name in BOARD_PACKAGES:
-        if os.path.exists(os.path.join(SITE, name)):
-            os.symlink(os.path.join(SITE, name), shim / name)
-    return str(shim)
-
-
-def board(board_path, bundle, *args):
-    """``python -S policy.py ARGS`` in the bundle directory with only numpy/onnxruntime importable."""
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp")}
-    return subprocess.run([sys.executable, "-S", "policy.py", *args], cwd=bundle, env=env, capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")

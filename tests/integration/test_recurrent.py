@@ -155,15 +155,6 @@ def test_deployed_policy_carries_the_state_per_env(trained):
     assert pi.act(seq[0, :2]).shape == (2,)  # after reset(): any number of envs
 
 
-@pytest.mark.slow
-def test_export_of_a_recurrent_run_is_refused_by_name(trained, tmp_path):
-    run_dir, _, _ = trained
-    r = msrl("export", run_dir, "--out", str(tmp_path / "exp"))
-    assert r.returncode == 2
-    assert "recurrent policy" in r.stderr and "Traceback" not in r.stderr
-    assert not os.path.exists(tmp_path / "exp")
-
-
 @pytest.mark.parametrize("override, message", [
     (["algo.batch_size=20"], "batch_size must be n_steps times a number of envs from 1 to env.n_envs = 4: one of "
                              "8, 16, 24, 32"),
