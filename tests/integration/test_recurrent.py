@@ -124,6 +124,25 @@ def test_same_seed_same_parameters_and_eval_carries_the_state(trained, tmp_path)
 
 
 @pytest.mark.slow
+def test_two_resumes_of_a_recurrent_run_are_identical(tmp_path):
+    """A resumed run re-seeds its envs, so every env starts an episode: the carried state starts at
+    zero with every flag at 1, as at a run's start; two resumes from one checkpoint end identical."""
+    from helpers import copy_run_at_checkpoint
+
+    from msrl_consistent.algorithms import PPO
+
+    run, _, _ = train_run(tmp_path, CONFIG, SMALL + ["total_timesteps=512", "checkpoint.freq=256", "checkpoint.keep=5"],
+                          "base")
+    hashes = []
+    for name in ("r1", "r2"):
+        d = copy_run_at_checkpoint(run, tmp_path / name, "step-000000256.safetensors")
+        algo = PPO.resume(d)
+        assert algo.num_timesteps == 256
+        hashes.append(algo.learn(d, progress=False)["params_sha256"])
+    assert hashes[0] == hashes[1]
+
+
+@pytest.mark.slow
 def test_deployed_policy_carries_the_state_per_env(trained):
     """``act`` carries the state per env (the same actions as ``step`` with the state fed back),
     ``reset(mask)`` restarts chosen envs, and a wrong batch or state is a ValueError naming it."""

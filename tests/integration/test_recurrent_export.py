@@ -216,3 +216,74 @@ def test_board_check_of_a_recurrent_bundle(exported, board_path, tmp_path):
                        env={"PYTHONPATH": board_path, "PATH": os.environ.get("PATH", "")}, timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "(3,) (3, 16) (2,)", p.stdout + p.stderr
 
+
+
+def _ort_behind(out):
+    """ONNX Runtime on the export's actor.onnx: what the Lite and OM stand-ins below compute."""
+    return deploy.make_runner(deploy.open_export(out), "onnxruntime").run_all
+
+
+def test_lite_and_om_feed_every_state_input(exported, monkeypatch, tmp_path):
+    """The Lite and OM runners with stand-ins for their libraries (the ONNX graph behind the API):
+    every input resized and set, every output read, the golden sequences pass through the loop."""
+    import sys
+    import types
+
+    run_dir, out = exported
+    ort_all, calls = _ort_behind(out), []
+    ml = types.ModuleType("mindspore_lite")
+
+    class Tensor:
+        def set_data_from_numpy(self, x):
+            self.x = x
+
+        def get_data_to_numpy(self):
+            return self.y
+
+    class Model:
+        def build_from_file(self, path, model_type, ctx):
+            self.inputs = [Tensor() for _ in range(4)]
+
+        def get_inputs(self):
+            return self.inputs
+
+        def resize(self, inputs, shapes):
+            calls.append(("resize", shapes))
+
+        def predict(self, inputs):
+            outs = []
+            for y in ort_all([t.x for t in inputs]):
+                outs.append(Tensor())
+                outs[-1].y = y
+            return outs
+
+    ml.Context = lambda: types.SimpleNamespace(ascend=types.SimpleNamespace(), cpu=types.SimpleNamespace())
+    ml.Model, ml.ModelType = Model, types.SimpleNamespace(MINDIR="MINDIR")
+    monkeypatch.setitem(sys.modules, "mindspore_lite", ml)
+    assert check_module.check(out, "lite", latency_seconds=0, write_report=False)["passed"]
+    assert ("resize", [[2, 4], [2, 16], [2, 16], [2]]) in calls
+
+    fixed = str(tmp_path / "om")
+    exporter.export_run(run_dir, fixed, formats=["mindir", "onnx"], batch=3, golden=30)
+    shutil.copyfile(os.path.join(fixed, "actor.onnx"), os.path.join(fixed, "actor.om"))
+    m = json.load(open(os.path.join(fixed, "manifest.json")))
+    m["files"]["actor.om"] = deploy.file_sha256(os.path.join(fixed, "actor.om"))
+    m["export"]["formats"].append("om")
+    json.dump(m, open(os.path.join(fixed, "manifest.json"), "w"))
+    om_all = _ort_behind(fixed)
+
+    class InferSession:
+        def __init__(self, device_id, path):
+            pass
+
+        def infer(self, feeds, mode="static"):
+            calls.append(("infer", [f.shape for f in feeds]))
+            return om_all(feeds)
+
+    interface = types.ModuleType("ais_bench.infer.interface")
+    interface.InferSession = InferSession
+    for name in ("ais_bench", "ais_bench.infer"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "ais_bench.infer.interface", interface)
+    assert check_module.check(fixed, "om", latency_seconds=0, write_report=False)["passed"]
+    assert ("infer", [(3, 4), (3, 16), (3, 16), (3,)]) in calls
