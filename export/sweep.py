@@ -21,7 +21,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.episodes import run_episodes
+from msrl_consistent.networks.lstm import LSTM
 from msrl_consistent.runtime import TrainCellPolicy
 
 MODES = [
@@ -48,6 +50,35 @@ class CastIO(nn.Cell):
         return ops.cast(out, ms.float32)
 
 
+class CastState(nn.Cell):
+    """A recurrent cell computing in float16 with float32 inputs and outputs: (obs, h, c,
+    episode_start) -> (action, h', c'), the state crossing the graph boundary as float32 (what the
+    manifest declares), so its rounding to float16 inside each step accumulates over the episode."""
+
+    def __init__(self, cell: nn.Cell, discrete: bool):
+        super().__init__()
+        self.cell = cell
+        self.discrete = discrete
+
+    def construct(self, obs, h, c, episode_start):
+        half = ms.float16
+        a, h2, c2 = self.cell(ops.cast(obs, half), ops.cast(h, half), ops.cast(c, half), ops.cast(episode_start, half))
+        if not self.discrete:
+            a = ops.cast(a, ms.float32)
+        return a, ops.cast(h2, ms.float32), ops.cast(c2, ms.float32)
+
+
+class HalfMatMul(nn.Cell):
+    """``x @ w^T`` in float16 between float32 operands: the LSTM's MatMuls under allow_fp32_to_fp16."""
+
+    def __init__(self):
+        super().__init__()
+        self.matmul = ops.MatMul(transpose_b=True)
+
+    def construct(self, x, w):
+        return ops.cast(self.matmul(ops.cast(x, ms.float16), ops.cast(w, ms.float16)), ms.float32)
+
+
 class Fp16Matmul(nn.Cell):
     """A Dense layer computing in float16 between float32 activations: emulates Ascend's
     allow_fp32_to_fp16 / Lite's preferred_fp32 (matrix ops in fp16, vector ops kept fp32)."""
@@ -64,6 +95,8 @@ def fp16_matmuls(cell: nn.Cell) -> nn.Cell:
     """Replace every nn.Dense inside SequentialCells of ``cell`` by Fp16Matmul (in place).
     Build a new PolicyCell afterwards: a compiled graph does not see later changes."""
     for _, sub in list(cell.cells_and_names()):
+        if isinstance(sub, LSTM):
+            sub.matmul = HalfMatMul()
         if isinstance(sub, nn.SequentialCell):
             for i in range(len(sub)):
                 if isinstance(sub[i], nn.Dense):
@@ -80,7 +113,8 @@ def emulated_policy(run_dir: str, checkpoint: Optional[str], emulation: str) -> 
     input and output). Each call loads its own agent: the fp16 emulations change it in place."""
     pol = TrainCellPolicy(run_dir, checkpoint)
     if emulation == "fp16":
-        pol.cell = CastIO(pol.cell.to_float(ms.float16), pol.spec.discrete)
+        wrap = CastState if pol.state_size else CastIO
+        pol.cell = wrap(pol.cell.to_float(ms.float16), pol.spec.discrete)
     elif emulation == "fp16-matmul":
         fp16_matmuls(pol.agent)
         pol.cell = pol.agent.policy_cell()
@@ -89,14 +123,30 @@ def emulated_policy(run_dir: str, checkpoint: Optional[str], emulation: str) -> 
     return pol
 
 
+DRIFT_STEPS = (1, 10, 100, 500)
+"""The steps of a golden sequence at which a recurrent sweep reports the state's drift."""
+
+
 def precision_sweep(run_dir: str, checkpoint: str, golden_obs: np.ndarray, golden_actions: np.ndarray,
-                    golden_batch: int, episodes: int = 10, seed: int = 0) -> dict:
+                    golden_batch: int, episodes: int = 10, seed: int = 0, sequences: Optional[dict] = None) -> dict:
+    """Each emulation on the golden set (a recurrent policy: ``sequences``, its golden sequences
+    step-major, through the deployed loop, with the state's drift from the fp32 cell per step) and
+    on seeded episodes (a recurrent policy carrying its own state)."""
     rows: List[dict] = []
     ref_returns = None
     for mode in MODES:
         pol = emulated_policy(run_dir, checkpoint, mode["emulation"])
-        acts = pol.act_at_batch(golden_obs, golden_batch)
         row = dict(mode)
+        if sequences is not None:
+            run = run_sequences(pol, sequences["obs"], sequences["episode_starts"])
+            acts = run["actions"].reshape(golden_actions.shape)
+            drift = np.maximum(np.abs(run["h"].astype(np.float64) - sequences["h"]).max(axis=(1, 2)),
+                               np.abs(run["c"].astype(np.float64) - sequences["c"]).max(axis=(1, 2)))
+            row["state_max_abs_error"] = float(drift.max())
+            row["state_error_at_step"] = {str(t): float(drift[t - 1]) for t in DRIFT_STEPS if t <= len(drift)}
+            row["state_error_per_step"] = [float(d) for d in drift]
+        else:
+            acts = pol.act_at_batch(golden_obs, golden_batch)
         if pol.spec.discrete:
             # per observation, as verify: a MultiDiscrete / MultiBinary action agrees when every dimension does
             same = (acts.astype(np.int64) == golden_actions.astype(np.int64)).reshape(len(golden_actions), -1)
@@ -120,11 +170,14 @@ def precision_sweep(run_dir: str, checkpoint: str, golden_obs: np.ndarray, golde
 def sweep_markdown(sweep: dict) -> str:
     discrete = "golden_agreement" in sweep["rows"][0]
     col = "golden agreement" if discrete else "golden max abs error (mean)"
+    steps = list(sweep["rows"][0].get("state_error_at_step", {}))
+    if "state_max_abs_error" in sweep["rows"][0]:
+        col += " | state drift, max (at step " + " / ".join(steps) + ")"
     lines = ["# Precision sweep", "",
              f"Golden-set action error against the fp32 training cell, and mean return over {sweep['episodes']} "
              f"seeded episodes (seed {sweep['seed']}) with its delta to fp32. Emulated on the MindSpore CPU backend.", "",
              f"| emulation | ATC precision_mode | Lite precision_mode | {col} | mean return | return delta |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- |" + (" --- |" if steps else "")]
     per_dim = "golden_agreement_per_dimension" in sweep["rows"][0]
     if per_dim:
         lines[2] += (" A MultiDiscrete / MultiBinary action agrees when every dimension does; the agreement of "
@@ -134,9 +187,11 @@ def sweep_markdown(sweep: dict) -> str:
                else f"{r['golden_max_abs_error']:.3g} ({r['golden_mean_abs_error']:.3g})")
         if per_dim:
             err += " [" + ", ".join(f"{a:.4f}" for a in r["golden_agreement_per_dimension"]) + "]"
+        if "state_max_abs_error" in r:
+            err += f" | {r['state_max_abs_error']:.3g} (" + " / ".join(f"{r['state_error_at_step'][t]:.3g}" for t in steps) + ")"
         mr = "-" if r["mean_return"] is None else f"{r['mean_return']:.2f}"
         dl = "-" if r["return_delta"] is None else f"{r['return_delta']:+.2f}"
         lines.append(f"| {r['emulation']} | {r['atc']} | {r['lite']} | {err} | {mr} | {dl} |")
     for n in sweep["not_emulated"]:
-        lines.append(f"| not emulated | {n['atc']} | {n['lite']} | {n['why']} | | |")
+        lines.append(f"| not emulated | {n['atc']} | {n['lite']} | {n['why']} | | |" + (" |" if steps else ""))
     return "\n".join(lines) + "\n"

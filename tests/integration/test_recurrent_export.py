@@ -287,3 +287,42 @@ def test_lite_and_om_feed_every_state_input(exported, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ais_bench.infer.interface", interface)
     assert check_module.check(fixed, "om", latency_seconds=0, write_report=False)["passed"]
     assert ("infer", [(3, 4), (3, 16), (3, 16), (3,)]) in calls
+
+
+def test_readme_board_loops_run_in_an_export_directory(exported, tmp_path):
+    """The README's two recurrent board loops (the bundle's act/reset, the raw runtime with the
+    state fed back by hand), verbatim, in a copy of a recurrent export."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+    from test_readme import fenced, section
+
+    _, out = exported
+    d = shutil.copytree(out, tmp_path / "readme")
+    blocks = fenced(section(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(),
+                            "A recurrent policy on a board"), "python")
+    assert len(blocks) == 2 and "pi.reset()" in blocks[0] and '"episode_start": start' in blocks[1]
+    for code in blocks:
+        r = subprocess.run([sys.executable, "-c", code], cwd=str(d), capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, GLOG_v="3"))
+        assert r.returncode == 0, r.stderr
+
+
+def test_precision_sweep_reports_the_state_drift_per_step(exported, tmp_path):
+    """fp16's error accumulates in the state: the sweep gives the state's drift from the fp32 cell at
+    every step of the golden sequences (fp32 itself: 0), and an fp16 export is judged by its drift
+    report and returns, as every fp16 export."""
+    run_dir, _ = exported
+    out = str(tmp_path / "sweep")
+    m = exporter.export_run(run_dir, out, golden=64, precision_sweep=True, sweep_episodes=1)
+    rows = {r["emulation"]: r for r in json.load(open(os.path.join(out, "precision_sweep.json")))["rows"]}
+    assert rows["fp32"]["state_max_abs_error"] == 0.0 and rows["fp32"]["golden_agreement"] == 1.0
+    assert rows["fp16"]["state_max_abs_error"] > 1e-5 and len(rows["fp16"]["state_error_per_step"]) == 32
+    assert set(rows["fp16"]["state_error_at_step"]) == {"1", "10"}
+    assert "state_error_per_step" not in m.precision_sweep["rows"][2]  # the manifest keeps the summary
+    assert "state drift, max (at step 1 / 10)" in open(os.path.join(out, "precision_sweep.md")).read()
+    half = str(tmp_path / "fp16")
+    exporter.export_run(run_dir, half, golden=64, precision="fp16")
+    r = check_module.check(half, "mindspore", latency_seconds=0, write_report=False)
+    assert r["passed"] and r["golden"]["max_state_error"] > 0
