@@ -135,7 +135,8 @@ def cmd_verify(args) -> int:
         print(f"msrl verify [{args.backend}]: golden set {g.get('count')} obs, {err}, bit-identical {g.get('bit_identical')}")
         if "sequences" in g:
             print(f"  golden sequences: {g['sequences']['lanes']} lanes x {g['sequences']['steps']} steps through the "
-                  f"deployed loop, max state error {g.get('max_state_error', float('nan')):.3g}, first divergence "
+                  f"deployed loop, max error h {g.get('max_h_error', float('nan')):.3g} c {g.get('max_c_error', float('nan')):.3g} "
+                  f"(scaled {g.get('max_state_error_scaled', float('nan')):.3g}), first divergence "
                   f"{g.get('first_divergence')}")
         roll = report["rollouts"]
         if roll:

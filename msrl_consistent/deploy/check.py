@@ -84,7 +84,7 @@ def check(directory: str, backend: Optional[str] = None, atol: Optional[float] =
     if export.state_size and export.precision != "fp16":
         what = "identical" if export.discrete else ("bit-identical" if atol == 0 else f"within atol {atol:g}")
         criterion = {"name": f"golden sequences step by step: actions {what}, states "
-                             f"{'bit-identical' if atol == 0 else f'within atol {atol:g}'}",
+                             f"{'bit-identical' if atol == 0 else f'within atol {atol:g} x max(1, |state|)'}",
                      "passed": bool(golden["passed"]), "value": golden.get("first_divergence")}
     elif export.precision == "fp16":
         criterion = {"name": "golden set drift (fp16 export: reported, judged by msrl verify's rollouts)",
@@ -159,8 +159,9 @@ def main(argv: Optional[List[str]] = None, prog: str = "policy.py", default_dir:
         print(f"  latency at batch {lat['batch']}: p50 {lat['p50_us']:.0f} us, p99 {lat['p99_us']:.0f} us "
               f"({lat['calls']} calls)")
     if "sequences" in g:
-        print(f"  golden sequences: {g['sequences']['lanes']} lanes x {g['sequences']['steps']} steps, max state "
-              f"error {g.get('max_state_error', float('nan')):.3g}, first divergence {g.get('first_divergence')}")
+        print(f"  golden sequences: {g['sequences']['lanes']} lanes x {g['sequences']['steps']} steps, max error h "
+              f"{g.get('max_h_error', float('nan')):.3g} c {g.get('max_c_error', float('nan')):.3g} (scaled "
+              f"{g.get('max_state_error_scaled', float('nan')):.3g}), first divergence {g.get('first_divergence')}")
     for fault in g.get("faults", []):
         print(f"  fault: {fault}")
     for crit in r["criteria"]:

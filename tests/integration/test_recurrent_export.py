@@ -53,7 +53,7 @@ def test_verify_mindspore_bitwise_and_onnxruntime_within_atol(exported):
         r = verify_export(out, backend=backend, episodes=3, write_report=False)
         g = r["golden"]
         assert r["passed"], (backend, r["criteria"])
-        assert g["agreement"] == 1.0 and g["first_divergence"] is None and g["max_state_error"] <= atol
+        assert g["agreement"] == 1.0 and g["first_divergence"] is None and g["max_state_error_scaled"] <= atol
         assert len(g["state_error_per_step"]) == 200
         assert r["rollouts"]["identical_episodes"] == 3
     assert verify_export(out, backend="mindspore", episodes=0, write_report=False)["golden"]["max_state_error"] == 0.0
