@@ -137,7 +137,7 @@ class ActorCriticAgent(Agent):
         self.encoded = encoder is not None
         # an image's preprocessing runs once per frame row, in the rollout cell; the update phase
         # trains from the preprocessed rows it stored (PreEncodedRollout, PPOLoss(features_in))
-        self.preencode = spec.obs_kind == "Image"
+        self.preencode = spec.obs_kind == "Image" and not self.recurrent  # a recurrent one encodes in its loss
         self.log_std = None  # discrete actions: the logits are the whole distribution
         if not spec.discrete:
             shape = (latent_dim, out) if self.use_sde else (out,)
@@ -150,7 +150,8 @@ class ActorCriticAgent(Agent):
                                    make_head(self.spec, self.squash))
 
     def encode(self, obs):
-        """A recurrent policy's LSTM input: the normalized row, encoded (one-hot, Dict keys)."""
+        """A recurrent policy's LSTM input: the normalized row, encoded (one-hot, Dict keys, an image's
+        preprocessing and CNN)."""
         x = self.normalizer(obs)
         if self.obs_encoder is not None:
             x = self.obs_encoder(x)
@@ -257,13 +258,6 @@ class PPO(OnPolicyAlgorithm):
     data_parallel = True
     population = PPOPopulation
     """Several seeds trained in one process (``msrl train CONFIG --seeds 0-4``)."""
-
-    @classmethod
-    def check_workers(cls, cfg, workers: int) -> None:
-        super().check_workers(cfg, workers)
-        if workers > 1 and cfg.policy.recurrent:
-            raise ConfigError(f"--workers {workers}: key 'policy.recurrent' is true, and recurrent PPO does not train "
-                              f"data-parallel yet; train it in one process (without --workers)")
 
     def build(self) -> None:
         c: PPOConfig = self.cfg.algo

@@ -35,9 +35,6 @@ def check_recurrent(cfg, spec) -> None:
     if getattr(cfg.algo, "use_sde", False):
         raise ConfigError("key 'policy.recurrent' is true together with algo.use_sde; gSDE is not built for "
                           "recurrent policies: set algo.use_sde: false")
-    if spec.obs_kind == "Image":
-        raise ConfigError(f"key 'policy.recurrent' is true, but {cfg.env.id} has image observations; the "
-                          f"recurrent policy takes Box, Discrete and Dict observations without images")
     if spec.frame_stack > 1:
         raise ConfigError(f"key 'env.frame_stack' is {spec.frame_stack} with policy.recurrent; the LSTM is the "
                           f"policy's memory: set env.frame_stack: 1")

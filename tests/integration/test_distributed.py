@@ -90,6 +90,20 @@ def test_offpolicy_two_workers_identical_parameters(algo, tmp_path):
     assert json.load(open(one / "summary.json"))["params_sha256"] != ranks[0]["params_sha256"]
 
 
+@pytest.mark.slow
+def test_recurrent_two_workers_identical_parameters(tmp_path):
+    """Recurrent PPO data-parallel: each rank carries its own envs' LSTM state, the ranks' mean
+    gradient over their sequence minibatches keeps the parameters identical on both."""
+    run = tmp_path / "run"
+    small = ("--set", "env.n_envs=4", "--set", "algo.n_steps=8", "--set", "algo.batch_size=16", "--set",
+             "algo.n_epochs=2", "--set", "policy.lstm_hidden_size=16")
+    proc = launch(run, 256, config=os.path.join(CONFIGS, "ppo", "CartPoleNoVel-v1-lstm.yaml"), extra=small)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.load(open(run / "ranks" / f"{r}.json")) for r in (0, 1)]
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]
+    assert all(r["status"] == "finished" and r["num_timesteps"] == 256 for r in ranks)
+
+
 def wait_for(pattern, seconds=300):
     deadline = time.time() + seconds
     while time.time() < deadline and not glob.glob(pattern):

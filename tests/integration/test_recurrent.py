@@ -195,10 +195,3 @@ def test_population_of_recurrent_runs_is_refused(tmp_path):
     r = msrl("train", os.path.join(CONFIGS, CONFIG), "--seeds", "0-1", "--run-dir", str(tmp_path / "pop"))
     assert r.returncode == 2
     assert "policy.recurrent" in r.stderr and "Traceback" not in r.stderr
-
-
-def test_data_parallel_recurrent_run_is_refused(tmp_path):
-    r = msrl("train", os.path.join(CONFIGS, CONFIG), "--workers", "2", "--run-dir", str(tmp_path / "dp"))
-    assert r.returncode == 2
-    assert "policy.recurrent" in r.stderr and "data-parallel" in r.stderr and "Traceback" not in r.stderr
-    assert not os.path.exists(tmp_path / "dp" / "checkpoints")

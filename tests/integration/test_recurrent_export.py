@@ -326,3 +326,27 @@ def test_precision_sweep_reports_the_state_drift_per_step(exported, tmp_path):
     exporter.export_run(run_dir, half, golden=64, precision="fp16")
     r = check_module.check(half, "mindspore", latency_seconds=0, write_report=False)
     assert r["passed"] and r["golden"]["max_state_error"] > 0
+
+
+DOT_LSTM = ["total_timesteps=256", "env.id=MsrlTestDot-v0", "env.n_envs=4", "algo.n_steps=8", "algo.batch_size=16",
+            "algo.n_epochs=2", "policy.lstm_hidden_size=16", "policy.net_arch=[]", "env.normalize_obs=false",
+            "eval.freq=0", "eval.episodes=2"]
+
+
+def test_image_lstm_trains_exports_and_verifies(tmp_path):
+    """CnnLstm: raw uint8 frames -> the image encoder -> the LSTM; the export takes the frames and the
+    state, MindIR bit-identical and ONNX Runtime within tolerance on the golden sequences."""
+    import spaces_envs  # noqa: F401  (registers the test envs)
+
+    run_dir, _, _ = train_run(tmp_path, CONFIG, DOT_LSTM, "run")
+    out = str(tmp_path / "export")
+    m = exporter.export_run(run_dir, out, formats=["mindir", "onnx"], golden=64)
+    assert m.io["input"] == {"name": "obs", "shape": [None, 32 * 32 * 3], "dtype": "uint8"}
+    assert m.io["state"]["hidden"] == 16 and m.export.onnx["batch"] == "dynamic"
+    for backend in ("mindspore", "onnxruntime"):
+        r = verify_export(out, backend=backend, episodes=2, write_report=False)
+        assert r["passed"], (backend, r["criteria"])
+    pi = deploy.load(out, backend="onnxruntime")
+    pi.reset()
+    frame = spaces_envs.DotToTarget().reset(seed=0)[0]
+    assert pi.act(frame).shape == () and pi.act(frame).dtype == np.int32  # one raw (32, 32, 3) frame
