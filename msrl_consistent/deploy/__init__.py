@@ -37,7 +37,9 @@ schema version, file names, limits, backend names), ``fields`` (typed manifest f
 training), ``reader`` (:class:`Export`, :func:`open_export`), ``golden``,
 ``backends`` (one runner per backend), ``inputs`` (validate and pack observations per space),
 ``policy`` (:class:`Policy`, :func:`load`), ``guard``, ``frames`` (:class:`FrameStack`,
-:class:`MaxAndSkip`) and ``check`` (``python policy.py check``).
+:class:`MaxAndSkip`), ``recurrent`` (a recurrent policy's carried state and the manifest's
+``io.state``), ``sequences`` (golden sequences through the deployed loop, step by step, and the
+named state faults), ``compare`` (:func:`compare_actions`) and ``check`` (``python policy.py check``).
 """
 
 from .backends import Runner, lite_context, make_runner
