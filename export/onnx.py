@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from msrl_consistent.deploy.backends import zero_inputs
 from msrl_consistent.deploy.recurrent import STATE_INPUTS, STATE_OUTPUTS
 from msrl_consistent.optional import ONNX_INSTALL, require
 
@@ -40,17 +41,13 @@ def dummy_inputs(obs_dim: int, batch: int, dtype: str, state_size: int, rng=None
     """The graph's inputs at ``batch`` rows: the observation (zeros, or random with ``rng``) and, for
     a recurrent cell, h, c and episode_start."""
     if rng is None:
-        x = [np.zeros((batch, obs_dim), dtype)]
-    else:
-        x = [rng.integers(0, 256, (batch, obs_dim)).astype(np.uint8) if dtype == "uint8"
-             else rng.normal(0.0, 1.0, (batch, obs_dim)).astype(np.float32)]
+        return zero_inputs(batch, obs_dim, dtype, state_size)
+    x = [rng.integers(0, 256, (batch, obs_dim)).astype(np.uint8) if dtype == "uint8"
+         else rng.normal(0.0, 1.0, (batch, obs_dim)).astype(np.float32)]
     if state_size:
-        if rng is None:
-            x += [np.zeros((batch, state_size), np.float32)] * 2 + [np.ones(batch, np.float32)]
-        else:
-            x += [rng.uniform(-1, 1, (batch, state_size)).astype(np.float32),
-                  rng.normal(0, 1, (batch, state_size)).astype(np.float32),
-                  (rng.random(batch) < 0.5).astype(np.float32)]
+        x += [rng.uniform(-1, 1, (batch, state_size)).astype(np.float32),
+              rng.normal(0, 1, (batch, state_size)).astype(np.float32),
+              (rng.random(batch) < 0.5).astype(np.float32)]
     return x
 
 

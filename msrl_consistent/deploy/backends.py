@@ -39,13 +39,18 @@ class Runner:
         return out[0], out[1], out[2]
 
 
-def probe_inputs(export: Export, b: int) -> List[np.ndarray]:
-    """Zeros of the manifest's input shapes at batch ``b`` (the state inputs of a recurrent graph
-    after the observation; episode_start 1)."""
-    x = [np.zeros((b, export.obs_dim), export.input_dtype)]
-    if export.state_size:
-        x += [np.zeros((b, export.state_size), np.float32)] * 2 + [np.ones(b, np.float32)]
+def zero_inputs(b: int, obs_dim: int, dtype: str, state_size: int = 0) -> List[np.ndarray]:
+    """A graph's inputs at batch ``b``, zeros: the observation and, for a recurrent graph, h, c and
+    episode_start (1: the first step of an episode)."""
+    x = [np.zeros((b, obs_dim), dtype)]
+    if state_size:
+        x += [np.zeros((b, state_size), np.float32)] * 2 + [np.ones(b, np.float32)]
     return x
+
+
+def probe_inputs(export: Export, b: int) -> List[np.ndarray]:
+    """:func:`zero_inputs` of the manifest's input shapes at batch ``b``."""
+    return zero_inputs(b, export.obs_dim, export.input_dtype, export.state_size)
 
 
 def _import(module: str, backend: str):

@@ -179,6 +179,7 @@ class Policy(Inputs):
         """A recurrent policy's graph: -> (action, h', c')."""
         raise NotImplementedError
 
+
 class ExportPolicy(Policy):
     """An export directory on one backend."""
 
