@@ -17,6 +17,7 @@ from msrl_consistent import manifest as mf
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError, to_dict
 from msrl_consistent.deploy import SCHEMA_VERSION, FrameStack, file_sha256
+from msrl_consistent.deploy.graph_io import graph_inputs, inputs_io, multi_input, obs_inputs
 from msrl_consistent.deploy.recurrent import state_io
 from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.episodes import run_episodes
@@ -144,6 +145,11 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         cell = emulated_policy(run_dir, reference.checkpoint, "fp16").cell
     else:
         cell = reference.cell  # the very cell the training code evaluates
+    obs_in = obs_inputs(spec)
+    inputs = graph_inputs(obs_in, state)  # the graph's inputs in order: observation input(s), then the state
+    if multi_input(obs_in):  # several sensors: the image keys' uint8 frames and a float32 row, joined in the graph
+        from msrl_consistent.networks.multi_input import PackedInputs
+        cell = PackedInputs(cell, obs_in)
     # the batch of the golden set's reference calls; a recurrent one steps GOLDEN_LANES envs together
     golden_batch = (GOLDEN_LANES if state else 1) if batch == "dynamic" else int(batch)
 
@@ -156,15 +162,13 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
     try:
         export_info = mf.ExportInfo(formats=formats, precision=precision, batch=batch, golden_batch=golden_batch)
         conversion = export_info.conversion
-        write_mindir(cell, spec.obs_dim, batch, os.path.join(tmp, "actor.mindir"), spec.input_dtype, state)
+        write_mindir(cell, inputs, batch, os.path.join(tmp, "actor.mindir"))
         if "onnx" in formats:
-            export_info.onnx = write_onnx(cell, spec.obs_dim, golden_batch, os.path.join(tmp, "actor.onnx"),
-                                          dynamic=batch == "dynamic" and "om" not in formats, dtype=spec.input_dtype,
-                                          state_size=state)
+            export_info.onnx = write_onnx(cell, inputs, golden_batch, os.path.join(tmp, "actor.onnx"),
+                                          dynamic=batch == "dynamic" and "om" not in formats)
         if "om" in formats:
-            conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"),
-                                        export_info.onnx["input"], golden_batch, spec.obs_dim, soc_version, precision_mode,
-                                        state)
+            conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"), inputs,
+                                        golden_batch, soc_version, precision_mode)
         conversion["lite"] = {
             "note": "MindSpore Lite builds actor.mindir directly; its Ascend default is fp16, so load_policy "
                     "always sets context.ascend.precision_mode (default enforce_fp32)",
@@ -207,7 +211,8 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
             source=mf.Source(run_dir=os.path.abspath(run_dir), checkpoint=os.path.abspath(reference.checkpoint),
                              checkpoint_sha256=file_sha256(reference.checkpoint), config=to_dict(reference.cfg)),
             export=export_info,
-            io={"input": {"name": INPUT_NAME, "shape": [io_batch, spec.obs_dim], "dtype": spec.input_dtype},
+            io={**({"inputs": inputs_io(obs_in, io_batch)} if multi_input(obs_in) else
+                   {"input": {"name": INPUT_NAME, "shape": [io_batch, spec.obs_dim], "dtype": spec.input_dtype}}),
                 "output": {"name": OUTPUT_NAME, "shape": out_shape, "dtype": out_dtype},
                 "post_processing": _post_processing(spec, reference.agent.squash),
                 **({"state": state_io(state, io_batch)} if state else {})},

@@ -24,17 +24,15 @@ class AtcUnavailable(RuntimeError):
     """CANN's atc is not installed or not on PATH."""
 
 
-def input_shape(input_name: str, batch: int, obs_dim: int, state_size: int = 0) -> str:
-    """ATC's ``--input_shape`` value: every graph input at the fixed batch (a recurrent graph's
-    h, c and episode_start after the observation, ';'-separated)."""
-    shapes = [f"{input_name}:{int(batch)},{int(obs_dim)}"]
-    if state_size:
-        shapes += [f"h:{int(batch)},{int(state_size)}", f"c:{int(batch)},{int(state_size)}", f"episode_start:{int(batch)}"]
-    return ";".join(shapes)
+def input_shape(inputs, batch: int) -> str:
+    """ATC's ``--input_shape`` value: every graph input (deploy.graph_io.graph_inputs: the
+    observation input(s), then a recurrent graph's h, c and episode_start) at the fixed batch,
+    ';'-separated."""
+    return ";".join(f"{name}:" + ",".join(str(int(d)) for d in (batch, *shape)) for name, shape, _ in inputs)
 
 
-def atc_command(atc: str, onnx_path: str, output_base: str, input_name: str, batch: int, obs_dim: int,
-                soc_version: str, precision_mode: str, state_size: int = 0) -> List[str]:
+def atc_command(atc: str, onnx_path: str, output_base: str, inputs, batch: int,
+                soc_version: str, precision_mode: str) -> List[str]:
     if precision_mode not in ATC_PRECISION_MODES:
         raise ValueError(f"--precision-mode {precision_mode!r} is not an ATC precision mode; "
                          f"expected one of {', '.join(ATC_PRECISION_MODES)}")
@@ -46,7 +44,7 @@ def atc_command(atc: str, onnx_path: str, output_base: str, input_name: str, bat
         f"--framework={ONNX_FRAMEWORK}",
         f"--output={output_base}",
         f"--soc_version={soc_version}",
-        f"--input_shape={input_shape(input_name, batch, obs_dim, state_size)}",
+        f"--input_shape={input_shape(inputs, batch)}",
         f"--precision_mode={precision_mode}",
         "--log=error",
     ]
@@ -62,13 +60,13 @@ def find_atc() -> str:
     return atc
 
 
-def write_om(onnx_path: str, out_path: str, input_name: str, batch: int, obs_dim: int,
-             soc_version: str, precision_mode: str = DEFAULT_PRECISION_MODE, state_size: int = 0) -> dict:
-    """Run ATC; returns the options and command recorded in the manifest."""
+def write_om(onnx_path: str, out_path: str, inputs, batch: int, soc_version: str,
+             precision_mode: str = DEFAULT_PRECISION_MODE) -> dict:
+    """Run ATC on the ONNX graph whose inputs are ``inputs``; returns the options and command
+    recorded in the manifest."""
     assert out_path.endswith(".om")
     atc = find_atc()
-    cmd = atc_command(atc, onnx_path, out_path[:-3], input_name, batch, obs_dim, soc_version, precision_mode,
-                      state_size)
+    cmd = atc_command(atc, onnx_path, out_path[:-3], inputs, batch, soc_version, precision_mode)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"atc failed with exit code {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}\n"
@@ -76,5 +74,5 @@ def write_om(onnx_path: str, out_path: str, input_name: str, batch: int, obs_dim
     if not os.path.isfile(out_path):
         raise RuntimeError(f"atc exited 0 but did not write {out_path}; command: {' '.join(cmd)}")
     return {"tool": "atc", "soc_version": soc_version, "precision_mode": precision_mode,
-            "framework": ONNX_FRAMEWORK, "input_shape": input_shape(input_name, batch, obs_dim, state_size),
+            "framework": ONNX_FRAMEWORK, "input_shape": input_shape(inputs, batch),
             "command": [os.path.basename(cmd[0])] + cmd[1:]}

@@ -20,11 +20,11 @@ import os
 
 import numpy as np
 
-from msrl_consistent.deploy.backends import zero_inputs
-from msrl_consistent.deploy.recurrent import STATE_INPUTS, STATE_OUTPUTS
+from msrl_consistent.deploy.graph_io import OBS_INPUT, zero_inputs
+from msrl_consistent.deploy.recurrent import STATE_OUTPUTS
 from msrl_consistent.optional import ONNX_INSTALL, require
 
-INPUT_NAME = "obs"
+INPUT_NAME = OBS_INPUT
 OUTPUT_NAME = "action"
 
 
@@ -37,22 +37,29 @@ DYNAMIC_CHECK_BATCHES = (1, 7, 256)
 BATCH_DIM = "batch"
 
 
-def dummy_inputs(obs_dim: int, batch: int, dtype: str, state_size: int, rng=None) -> list:
-    """The graph's inputs at ``batch`` rows: the observation (zeros, or random with ``rng``) and, for
-    a recurrent cell, h, c and episode_start."""
+def dummy_inputs(inputs, batch: int, rng=None) -> list:
+    """The graph's ``inputs`` (deploy.graph_io.graph_inputs) at ``batch`` rows: zeros, or with
+    ``rng`` random uint8 frames, normal observation rows, h in [-1, 1], normal c and 0/1 episode
+    starts."""
     if rng is None:
-        return zero_inputs(batch, obs_dim, dtype, state_size)
-    x = [rng.integers(0, 256, (batch, obs_dim)).astype(np.uint8) if dtype == "uint8"
-         else rng.normal(0.0, 1.0, (batch, obs_dim)).astype(np.float32)]
-    if state_size:
-        x += [rng.uniform(-1, 1, (batch, state_size)).astype(np.float32),
-              rng.normal(0, 1, (batch, state_size)).astype(np.float32),
-              (rng.random(batch) < 0.5).astype(np.float32)]
-    return x
+        return zero_inputs(batch, inputs)
+    out = []
+    for name, shape, dtype in inputs:
+        size = (batch, *shape)
+        if dtype == "uint8":
+            out.append(rng.integers(0, 256, size).astype(np.uint8))
+        elif name == "episode_start":
+            out.append((rng.random(batch) < 0.5).astype(np.float32))
+        elif name == "h":
+            out.append(rng.uniform(-1, 1, size).astype(np.float32))
+        else:
+            out.append(rng.normal(0.0, 1.0, size).astype(np.float32))
+    return out
 
 
-def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = False, dtype: str = "float32",
-               state_size: int = 0) -> dict:
+def write_onnx(cell, inputs, batch: int, out_path: str, dynamic: bool = False) -> dict:
+    """``cell`` as ONNX at ``batch`` rows, with a symbolic batch when ``dynamic`` (checked, see the
+    module); ``inputs``: the graph's inputs in order (deploy.graph_io.graph_inputs)."""
     import mindspore as ms
     from mindspore import Tensor
 
@@ -61,9 +68,10 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
         export = ms_onnx.export
     except (ImportError, AttributeError):  # pragma: no cover - older MindSpore
         export = None
-    dummy = [Tensor(x) for x in dummy_inputs(obs_dim, int(batch), dtype, state_size)]
-    input_names = [INPUT_NAME] + (list(STATE_INPUTS) if state_size else [])
-    output_names = [OUTPUT_NAME] + (list(STATE_OUTPUTS) if state_size else [])
+    dummy = [Tensor(x) for x in dummy_inputs(inputs, int(batch))]
+    input_names = [name for name, _, _ in inputs]
+    recurrent = input_names[-1] == "episode_start"
+    output_names = [OUTPUT_NAME] + (list(STATE_OUTPUTS) if recurrent else [])
     # output_names is not passed: MindSpore 2.10 renames the graph output but not the node
     # producing it when the last op is a Cast (ONNX Runtime then rejects the model); the
     # outputs are renamed below with the onnx package instead.
@@ -73,7 +81,7 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
         ms.export(cell, *dummy, file_name=out_path[:-5], file_format="ONNX")
     if not os.path.isfile(out_path):  # pragma: no cover
         raise RuntimeError(f"ONNX export did not write {out_path}")
-    info = {"batch": int(batch), "input": INPUT_NAME}
+    info = {"batch": int(batch), "input": input_names[0]}
     onnx = require_onnx()
     model = onnx.load(out_path)
     renames = {out.name: new for out, new in zip(model.graph.output, output_names) if out.name != new}
@@ -86,7 +94,7 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
         onnx.checker.check_model(model)
         onnx.save(model, out_path)
     if dynamic:
-        reason = _make_batch_dynamic(onnx, model, cell, obs_dim, out_path, dtype, int(batch), state_size)
+        reason = _make_batch_dynamic(onnx, model, cell, inputs, out_path, int(batch))
         if reason is None:
             info["batch"] = "dynamic"
             model = onnx.load(out_path)
@@ -95,7 +103,7 @@ def write_onnx(cell, obs_dim: int, batch: int, out_path: str, dynamic: bool = Fa
     info["opset"] = int(model.opset_import[0].version)
     info["input"] = model.graph.input[0].name
     info["output"] = model.graph.output[0].name
-    if state_size:
+    if len(inputs) > 1:
         info["inputs"] = [i.name for i in model.graph.input]
         info["outputs"] = [o.name for o in model.graph.output]
     info["output_elem_type"] = onnx.TensorProto.DataType.Name(model.graph.output[0].type.tensor_type.elem_type)
@@ -129,8 +137,7 @@ def _batch_reshapes(onnx, graph, batch: int) -> int:
     return changed
 
 
-def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str, dtype: str = "float32", batch: int = 1,
-                        state_size: int = 0):
+def _make_batch_dynamic(onnx, model, cell, inputs, out_path: str, batch: int = 1):
     """Symbolic batch dimension on the graph's inputs and outputs; written to ``out_path`` only
     when onnx.checker and ONNX Runtime at DYNAMIC_CHECK_BATCHES agree with ``cell`` on every
     output. Returns None on success, else the reason the fixed-batch graph was kept."""
@@ -144,7 +151,7 @@ def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str, dtype: s
             dims[0].ClearField("dim_value")
             dims[0].dim_param = BATCH_DIM
     del dyn.graph.value_info[:]
-    if batch > 1 or state_size:
+    if batch > 1 or len(inputs) > 1:
         _batch_reshapes(onnx, dyn.graph, batch)
     try:
         onnx.checker.check_model(dyn)
@@ -155,7 +162,7 @@ def _make_batch_dynamic(onnx, model, cell, obs_dim: int, out_path: str, dtype: s
         names = [i.name for i in sess.get_inputs()]
         rng = np.random.default_rng(0)
         for b in DYNAMIC_CHECK_BATCHES:
-            xs = dummy_inputs(obs_dim, b, dtype, state_size, rng)
+            xs = dummy_inputs(inputs, b, rng)
             gots = sess.run(None, dict(zip(names, xs)))
             wants = cell(*(Tensor(x) for x in xs))
             wants = [w.asnumpy() for w in (wants if isinstance(wants, (tuple, list)) else [wants])]

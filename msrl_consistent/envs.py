@@ -15,15 +15,19 @@ from typing import Optional
 import gymnasium as gym
 import numpy as np
 
-from . import masked_envs  # noqa: F401  (registers CartPoleNoVel-v1, PendulumNoVel-v1)
+from . import (
+    masked_envs,  # noqa: F401  (registers CartPoleNoVel-v1, PendulumNoVel-v1)
+    sensor_envs,  # noqa: F401  (registers MultiSensorReach-v0 and its one-sensor views)
+)
 from .config import ConfigError, EnvConfig
 from .deploy import MaxAndSkip
+from .deploy.fields import PIXEL_VALUES, image_key, row_order
 from .deploy.spaces import SpaceSpec
 
 
 def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:  # noqa: C901  (one branch per gymnasium space kind, each with its refusal)
-    """Check the spaces are supported (Box, Discrete or Dict-of-those observations; Box, Discrete,
-    MultiDiscrete or MultiBinary actions)."""
+    """Check the spaces are supported (Box, Discrete, uint8 image or Dict-of-those observations;
+    Box, Discrete, MultiDiscrete or MultiBinary actions)."""
     from gymnasium import spaces
 
     who = f"environment {env_id!r}: " if env_id else ""
@@ -62,22 +66,26 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec: 
         obs_high = np.asarray(observation_space.high, np.float32).ravel()
     elif isinstance(observation_space, spaces.Dict):
         obs_kind = "Dict"
-        parts, lows, highs = [], [], []
+        parts, bounds = [], {}
         for key in sorted(observation_space.spaces):
             sub = observation_space.spaces[key]
             try:
                 s = space_spec(sub, spaces.Discrete(2))
             except ConfigError as exc:
                 raise ConfigError(f"{who}Dict observation key {key!r}: {exc}") from None
-            if s.obs_kind in ("Dict", "Image"):
-                raise ConfigError(f"{who}Dict observation key {key!r} is a {s.obs_kind}; Dict observations hold "
-                                  f"Box and Discrete keys (nested Dicts and images inside a Dict are not supported)")
-            parts.append((str(key), s.obs_kind, s.obs_n, tuple(s.obs_shape) if s.obs_kind == "Box" else (1,)))
-            lows.append(s.obs_low)
-            highs.append(s.obs_high)
+            if s.obs_kind == "Dict":
+                raise ConfigError(f"{who}Dict observation key {key!r} is a Dict; nested Dicts are not supported")
+            if s.obs_kind == "Image" and not image_key(str(key)):
+                raise ConfigError(f"{who}Dict observation key {key!r} holds an image, and an image key names its "
+                                  f"graph input (obs_<key>): use letters, digits and '_' (at most 64)")
+            n = PIXEL_VALUES if s.obs_kind == "Image" else s.obs_n
+            parts.append((str(key), s.obs_kind, n, tuple(s.obs_shape) if s.obs_kind != "Discrete" else (1,)))
+            bounds[str(key)] = (s.obs_low, s.obs_high)
         if not parts:
             raise ConfigError(f"{who}the Dict observation space has no keys")
-        obs_low, obs_high = np.concatenate(lows), np.concatenate(highs)
+        parts = row_order(parts)  # image keys first: the exported graph's float32 row is the packed row's tail
+        obs_low = np.concatenate([bounds[p[0]][0] for p in parts])
+        obs_high = np.concatenate([bounds[p[0]][1] for p in parts])
         obs_shape = (int(obs_low.size),)
     else:
         raise ConfigError(f"{who}unsupported observation space {type(observation_space).__name__} "
@@ -116,9 +124,11 @@ def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec: 
 def flat_obs(obs, n: int) -> np.ndarray:
     """A batch of ``n`` observations as the policy cell's rows, float32 (n, obs_dim): a Box
     flattened, a Discrete index as one value, a Dict (of arrays with a leading batch axis, or one
-    observation when n == 1) concatenated in sorted key order (SpaceSpec.obs_parts)."""
-    if isinstance(obs, dict):
-        return np.concatenate([np.asarray(obs[k], np.float32).reshape(n, -1) for k in sorted(obs)], axis=1)
+    observation when n == 1) concatenated in SpaceSpec.obs_parts's order (image keys first, then
+    the others, each group in sorted key order)."""
+    if isinstance(obs, dict):  # image (uint8) keys first, as SpaceSpec.obs_parts (fields.row_order)
+        keys = sorted(obs, key=lambda k: (np.asarray(obs[k]).dtype != np.uint8, k))
+        return np.concatenate([np.asarray(obs[k], np.float32).reshape(n, -1) for k in keys], axis=1)
     arr = np.asarray(obs)
     if arr.dtype == np.uint8:  # an image: the raw frame is the cell's input
         return arr.reshape(n, -1)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .errors import BackendUnavailable, ExportError, _one_line
+from .graph_io import ObsInput, split_rows, zero_inputs
 from .names import INSTALL, LITE_ASCEND_PRECISION_MODES, LITE_CPU_PRECISION_MODES, MODEL_FILE, canonical_backend
 from .reader import require_model_file
 
@@ -18,39 +19,35 @@ if TYPE_CHECKING:
 
 class Runner:
     """A loaded model at ``fixed_batch`` rows (None: any): ``run(x)`` -> the action batch from the
-    model input rows; a recurrent graph's ``run_step(x, h, c, episode_start)`` -> (action, h', c').
-    ``run_all`` takes the graph's inputs in order and returns its outputs in order."""
+    packed observation rows; a recurrent graph's ``run_step(x, h, c, episode_start)`` -> (action,
+    h', c'). ``run_all`` takes the graph's inputs in order and returns its outputs in order; the
+    rows reach it cut into the graph's observation inputs (``obs_inputs``, graph_io.split_rows)."""
 
     def __init__(self, backend: str, run_all: Callable[[List[np.ndarray]], List[np.ndarray]],
-                 fixed_batch: Optional[int], info: Optional[dict] = None):
+                 fixed_batch: Optional[int], info: Optional[dict] = None, obs_inputs: Sequence[ObsInput] = ()):
         self.backend = backend
         self.run_all = run_all
         self.fixed_batch = fixed_batch
         self.info = info or {}
+        self.obs_inputs = list(obs_inputs)
+
+    def _obs(self, x: np.ndarray) -> List[np.ndarray]:
+        return split_rows(self.obs_inputs, x) if self.obs_inputs else [x]
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        return self.run_all([x])[0]
+        return self.run_all(self._obs(x))[0]
 
     def run_step(self, x, h, c, episode_start) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        out = self.run_all([x, h, c, episode_start])
+        out = self.run_all(self._obs(x) + [h, c, episode_start])
         if len(out) != 3:
             raise ExportError(f"{MODEL_FILE[self.backend]}: returns {len(out)} outputs, a recurrent graph returns 3 "
                               f"(action, h_next, c_next)")
         return out[0], out[1], out[2]
 
 
-def zero_inputs(b: int, obs_dim: int, dtype: str, state_size: int = 0) -> List[np.ndarray]:
-    """A graph's inputs at batch ``b``, zeros: the observation and, for a recurrent graph, h, c and
-    episode_start (1: the first step of an episode)."""
-    x = [np.zeros((b, obs_dim), dtype)]
-    if state_size:
-        x += [np.zeros((b, state_size), np.float32)] * 2 + [np.ones(b, np.float32)]
-    return x
-
-
 def probe_inputs(export: Export, b: int) -> List[np.ndarray]:
-    """:func:`zero_inputs` of the manifest's input shapes at batch ``b``."""
-    return zero_inputs(b, export.obs_dim, export.input_dtype, export.state_size)
+    """:func:`~.graph_io.zero_inputs` of the manifest's inputs at batch ``b``."""
+    return zero_inputs(b, export.graph_inputs)
 
 
 def _import(module: str, backend: str):
@@ -80,16 +77,15 @@ def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id:
         raise
     except Exception as exc:  # every library has its own exception types for a broken model
         raise ExportError(f"{name}: backend {backend} cannot load it ({_one_line(exc)})") from None
-    runner = Runner(backend, run, fixed, info)
+    runner = Runner(backend, run, fixed, info, export.obs_inputs)
     if probe:  # the manifest's input shape; a dynamic batch claim is probed at two sizes
         for b in ([fixed] if fixed else sorted({export.golden_batch, 3})):
             try:
                 outs = [np.asarray(o) for o in run(probe_inputs(export, b))]
             except Exception as exc:
-                what = " (and its state inputs)" if export.state_size else ""
-                raise ExportError(f"{name}: backend {backend} loads it but cannot run it on the manifest's input "
-                                  f"shape {[b if fixed else None, export.obs_dim]}{what} at batch {b} "
-                                  f"({_one_line(exc)})") from None
+                shapes = ", ".join(f"{n} {[b if fixed else None, *s]}" for n, s, _ in export.graph_inputs)
+                raise ExportError(f"{name}: backend {backend} loads it but cannot run it on the manifest's inputs "
+                                  f"({shapes}) at batch {b} ({_one_line(exc)})") from None
             want = [(b,)] + [(b, export.state_size)] * 2 if export.state_size else [(b,)]
             if len(outs) < len(want) or any(o.shape[:len(w)] != w for o, w in zip(outs, want)):
                 raise ExportError(f"{name}: returns {[list(o.shape) for o in outs]} for a batch of {b}, expected "

@@ -111,8 +111,33 @@ def _width(part) -> int:
     return 1 if part[1] == "Discrete" else int(np.prod(part[3]))
 
 
+PIXEL_VALUES = 256
+"""An image key's ``n`` in a Dict's parts: each of its columns holds an integer 0..255."""
+
+
+def image_layout(shape) -> str:
+    """The layout of a uint8 image of ``shape``: "HWC" for (H, W) and (H, W, 1|3|4), "CHW" for
+    (1|3|4, H, W), "" for a shape that is no image (the one rule training and deployment share)."""
+    s = tuple(shape)
+    if len(s) == 2 or (len(s) == 3 and s[-1] in (1, 3, 4)):
+        return "HWC"
+    if len(s) == 3 and s[0] in (1, 3, 4):
+        return "CHW"
+    return ""
+
+
+def row_order(parts) -> list:
+    """A Dict's parts in the order its packed row holds them: the image keys first, then the Box
+    and Discrete keys, each group in sorted key order (without image keys: sorted key order).
+    The exported graph takes the images as uint8 inputs and the rest as one float32 row, so
+    that row is the packed row's tail."""
+    parts = sorted(parts, key=lambda p: p[0])
+    return [p for p in parts if p[1] == "Image"] + [p for p in parts if p[1] != "Image"]
+
+
 def _dict_parts(f: "_Fields") -> list:
-    """[(key, "Box" | "Discrete", n, shape)] of a Dict observation, in the manifest's (sorted) key order."""
+    """[(key, "Box" | "Discrete" | "Image", n, shape)] of a Dict observation, in the packed row's
+    order (:func:`row_order`); the manifest lists the keys sorted."""
     keys = f.get("spaces.observation.keys", "list")
     subs = f.get("spaces.observation.spaces", "dict")
     if (not keys or len(keys) > MAX_DIM or not all(isinstance(k, str) for k in keys) or keys != sorted(set(keys))
@@ -128,14 +153,27 @@ def _dict_parts(f: "_Fields") -> list:
         elif (kind == "Box" and isinstance(sub.get("shape"), list) and sub["shape"]
               and all(_is_int(s) and 1 <= s <= MAX_DIM for s in sub["shape"])):
             parts.append((k, "Box", 0, tuple(sub["shape"])))
+        elif (kind == "Image" and isinstance(sub.get("shape"), list) and len(sub["shape"]) in (2, 3)
+              and all(_is_int(s) and 1 <= s <= MAX_DIM for s in sub["shape"]) and sub.get("dtype") == "uint8"
+              and sub.get("layout") == image_layout(sub["shape"]) != "" and image_key(k)):
+            parts.append((k, "Image", PIXEL_VALUES, tuple(sub["shape"])))
         else:
             raise ExportError(f"{MANIFEST}: field 'spaces.observation.spaces.{k}' is {_short(sub)}, expected "
-                              f"{{'type': 'Box', 'shape': [...]}} or {{'type': 'Discrete', 'n': n}}")
-    return parts
+                              f"{{'type': 'Box', 'shape': [...]}}, {{'type': 'Discrete', 'n': n}} or {{'type': "
+                              f"'Image', 'shape': [h, w(, c)], 'layout': 'HWC' | 'CHW', 'dtype': 'uint8'}} (an image "
+                              f"key of letters, digits and '_')")
+    return row_order(parts)
+
+
+def image_key(key: str) -> bool:
+    """Whether ``key`` can name an image key: its graph input is ``obs_<key>`` (ONNX input names and
+    ATC's --input_shape list take letters, digits and '_')."""
+    return bool(key) and len(key) <= 64 and all(c.isascii() and (c.isalnum() or c == "_") for c in key)
 
 
 def column_n(obs_n: int, obs_parts, obs_dim: int) -> np.ndarray:
-    """Per column of the observation row: n of the Discrete space whose index it holds, 0 for Box values."""
+    """Per column of the observation row: n of the Discrete space whose index it holds (256 for an
+    image key's pixels, integers 0..255), 0 for Box values."""
     if obs_n:
         return np.array([obs_n], np.int64)
     if obs_parts:
@@ -154,5 +192,6 @@ def space_text(obs_n: int, obs_parts) -> str:
     """The observation space as act's error messages name it."""
     if obs_n:
         return f"Discrete({obs_n})"
-    return "Dict(" + ", ".join(f"{k}: " + (f"Discrete({n})" if kind == "Discrete" else f"Box{tuple(shape)}")
-                               for k, kind, n, shape in obs_parts) + ")"
+    kinds = {"Discrete": lambda n, shape: f"Discrete({n})", "Box": lambda n, shape: f"Box{tuple(shape)}",
+             "Image": lambda n, shape: f"Image{tuple(shape)} uint8"}
+    return "Dict(" + ", ".join(f"{k}: " + kinds[kind](n, shape) for k, kind, n, shape in obs_parts) + ")"

@@ -70,7 +70,7 @@ def read_golden_arrays(export) -> Dict[str, np.ndarray]:  # noqa: C901  (each .n
         idx = obs[:, cols > 0]
         if (idx < 0).any() or (idx >= cols[cols > 0]).any() or (idx != np.round(idx)).any():
             raise ExportError(f"{name}: 'obs' holds values that are not indices of the Discrete observation "
-                              f"space(s) {_short(cols[cols > 0].tolist())}")
+                              f"space(s) or image pixels 0..255 {_short(sorted(set(cols[cols > 0].tolist())))}")
     if export.nvec is not None and (actions.min() < 0 or (actions >= export.nvec).any()):
         raise ExportError(f"{name}: 'actions' holds values outside 0..nvec-1 (nvec {export.nvec.tolist()})")
     elif export.nvec is None and export.discrete and (actions.min() < 0 or actions.max() >= export.n_actions):

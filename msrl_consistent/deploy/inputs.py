@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .fields import not_an_index, space_text
+from .fields import PIXEL_VALUES, not_an_index, space_text
 
 
 class Inputs:
@@ -17,8 +17,8 @@ class Inputs:
     image: Optional[dict]  # Image observations: {"shape": the env's frame shape, "layout": HWC | CHW}
     frame_stack: int
     frame_dim: int
-    obs_parts: Optional[list]  # Dict observations: [(key, "Box" | "Discrete", n, shape)], sorted keys
-    _cols: np.ndarray  # per column of the row: the n of the Discrete index it holds, 0 for Box values
+    obs_parts: Optional[list]  # Dict observations: [(key, "Box" | "Discrete" | "Image", n, shape)], row order
+    _cols: np.ndarray  # per column of the row: the n of the Discrete index it holds (256: a pixel), 0 for Box values
 
     @property
     def obs_dim(self) -> int:
@@ -92,13 +92,15 @@ class Inputs:
             bad = np.argwhere(not_an_index(idx, self._cols[d]))
             if bad.size:
                 col = int(np.nonzero(d)[0][bad[0][1]])
+                what = "an image pixel (an integer 0..255)" if self._cols[col] == PIXEL_VALUES else "a Discrete index"
                 raise ValueError(f"expected {space_text(0, self.obs_parts)} observations: column {col} of the packed "
-                                 f"row holds a Discrete index, got {arr[bad[0][0], col]}")
+                                 f"row holds {what}, got {arr[bad[0][0], col]}")
         return arr
 
     def pack(self, obs) -> Tuple[np.ndarray, bool]:
         """A Dict observation (a dict of one observation per key, or of batches with a leading
-        batch axis) -> (its packed rows (B, obs_dim) in the manifest's sorted key order, single)."""
+        batch axis; an image key's frames uint8) -> (its packed float32 rows (B, obs_dim) in the
+        row order of obs_parts, single)."""
         parts = self.obs_parts or []
         expected = space_text(0, parts)
         if not isinstance(obs, dict):
@@ -134,6 +136,8 @@ class Inputs:
                 else:
                     raise ValueError(f"key {key!r} of {expected}: expected shape {tuple(shape)} or (batch, "
                                      f"{', '.join(map(str, shape))}), got {v.shape}")
+                if kind == "Image":  # the raw frame: uint8, or integral values 0..255
+                    flat = self._pixels(flat, obs, w, f"key {key!r} of {expected}: uint8 pixels (values 0..255)")
             if single is None:
                 single, rows = one, len(flat)
             elif one != single or len(flat) != rows:

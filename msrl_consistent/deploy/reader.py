@@ -15,6 +15,7 @@ from .errors import ExportError, _one_line
 from .fields import _bounds, _dict_parts, _Fields, _is_int, _short, _width, check_schema, plain_name
 from .frames import FrameStack, MaxAndSkip
 from .golden import read_golden, read_golden_arrays
+from .graph_io import graph_inputs, multi_input, obs_inputs, read_inputs_io
 from .names import (
     FORMAT_FILE,
     MANIFEST,
@@ -179,16 +180,21 @@ class Export:
                                   f"the golden batch {self.golden_batch}")
 
     def _io(self, f: _Fields) -> None:
-        """io: the model input and output names, shapes and dtypes, consistent with the spaces."""
-        in_shape = f.get("io.input.shape", "list")
+        """io: the model input and output names, shapes and dtypes, consistent with the spaces (a
+        Dict with image keys: ``io.inputs``, one input per key kind, graph_io)."""
         want_b = None if self.batch is None else self.batch
-        if in_shape != [want_b, self.obs_dim]:
-            raise ExportError(f"{MANIFEST}: field 'io.input.shape' is {_short(in_shape)}, but the observation space "
-                              f"and export batch give {_short([want_b, self.obs_dim])}")
-        if f.get("io.input.dtype", "str") != self.input_dtype:
-            raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be {self.input_dtype} for a {self.obs_type} "
-                              f"observation")
-        self.input_name = f.get("io.input.name", "str")
+        self.obs_inputs = obs_inputs(self)
+        if multi_input(self.obs_inputs):
+            read_inputs_io(f, self.obs_inputs, want_b)
+        else:
+            in_shape = f.get("io.input.shape", "list")
+            if in_shape != [want_b, self.obs_dim]:
+                raise ExportError(f"{MANIFEST}: field 'io.input.shape' is {_short(in_shape)}, but the observation "
+                                  f"space and export batch give {_short([want_b, self.obs_dim])}")
+            if f.get("io.input.dtype", "str") != self.input_dtype:
+                raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be {self.input_dtype} for a "
+                                  f"{self.obs_type} observation")
+            f.get("io.input.name", "str")
         out_shape = f.get("io.output.shape", "list")
         want_out = [want_b] + ([] if self.act_kind == "Discrete" else [self.n_actions])
         if out_shape != want_out:
@@ -199,6 +205,7 @@ class Export:
             raise ExportError(f"{MANIFEST}: field 'io.output.dtype' is {_short(out_dtype)}, but the action space "
                               f"is {self.act_kind}")
         self.state_size = read_state_io(f, want_b)  # a recurrent graph's h and c units (0: none)
+        self.graph_inputs = graph_inputs(self.obs_inputs, self.state_size)
 
     def _files(self, f: _Fields) -> None:
         """files: plain names inside the directory with 64-hex sha256, every exported format listed."""

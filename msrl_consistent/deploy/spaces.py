@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .fields import column_n
+from .fields import PIXEL_VALUES, column_n, image_layout, row_order
 from .frames import FrameStack, MaxAndSkip
 
 
@@ -34,11 +34,18 @@ class SpaceSpec:
     act_kind: str = ""      # Discrete | Box | MultiDiscrete | MultiBinary ("" : Discrete or Box from `discrete`)
     nvec: Tuple[int, ...] = ()
     obs_parts: Tuple[Tuple[str, str, int, Tuple[int, ...]], ...] = ()
-    """Dict observations: (key, "Box" | "Discrete", n, shape) per key, in the sorted key order in
-    which the row concatenates them (a Box key flattened, a Discrete key as its index)."""
+    """Dict observations: (key, "Box" | "Discrete" | "Image", n, shape) per key, in the order in
+    which the row concatenates them (:func:`~.fields.row_order`: image keys first, then the
+    others, each group sorted; a Box key flattened, a Discrete key as its index, an image key's
+    uint8 pixels as float32 values 0..255, ``n`` 256)."""
     image_layout: str = ""  # Image observations: "HWC" (channels last) or "CHW" (channels first)
     frame_stack: int = 1    # k observations per row, oldest first (frames.FrameStack)
     max_and_skip: int = 1   # image envs: each action repeated k times, max of the last two frames (frames.MaxAndSkip)
+
+    @property
+    def image_parts(self) -> Tuple[Tuple[str, str, int, Tuple[int, ...]], ...]:
+        """A Dict's image keys (row order); empty for every other space."""
+        return tuple(p for p in self.obs_parts if p[1] == "Image")
 
     @property
     def frame_dim(self) -> int:
@@ -99,9 +106,8 @@ class SpaceSpec:
             o["max_and_skip"] = MaxAndSkip(self.max_and_skip).spec()
         if self.obs_kind == "Dict":
             o["type"] = "Dict"
-            o["keys"] = [k for k, _, _, _ in self.obs_parts]
-            o["spaces"] = {k: ({"type": "Discrete", "n": n} if kind == "Discrete" else {"type": "Box", "shape": list(shape)})
-                           for k, kind, n, shape in self.obs_parts}
+            o["keys"] = sorted(k for k, _, _, _ in self.obs_parts)  # the row order: obs_parts
+            o["spaces"] = {k: _part_json(kind, n, shape) for k, kind, n, shape in self.obs_parts}
         d: Dict[str, Any] = {"observation": o}
         if self.act_kind == "Discrete":
             d["action"] = {"type": "Discrete", "n": self.n_actions, "dtype": "int32"}
@@ -125,8 +131,9 @@ class SpaceSpec:
         else:
             obs_low = np.tile(np.asarray(_unjson(o["low"]), dtype=np.float32), k)
             obs_high = np.tile(np.asarray(_unjson(o["high"]), dtype=np.float32), k)
-        parts = tuple((k, o["spaces"][k]["type"], int(o["spaces"][k].get("n", 0)),
-                       tuple(o["spaces"][k].get("shape", [1]))) for k in o.get("keys", []))
+        parts = tuple(row_order((k, o["spaces"][k]["type"], int(o["spaces"][k].get("n", 0)) if
+                                 o["spaces"][k]["type"] != "Image" else PIXEL_VALUES,
+                                 tuple(o["spaces"][k].get("shape", [1]))) for k in o.get("keys", [])))
         ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)), obs_parts=parts, frame_stack=k,
                   image_layout=o.get("layout", ""), max_and_skip=int(o.get("max_and_skip", {}).get("skip", 1)))
         if a["type"] == "Discrete":
@@ -153,6 +160,15 @@ class SpaceSpec:
             idx = np.floor(rng.random((n, self.obs_dim)) * np.maximum(cols, 1))
             return np.where(cols > 0, idx, x).astype(np.float32)
         return rng.uniform(low, high, (n, self.obs_dim)).astype(np.float32)
+
+
+def _part_json(kind: str, n: int, shape) -> dict:
+    """One Dict key's space in the manifest."""
+    if kind == "Discrete":
+        return {"type": "Discrete", "n": n}
+    if kind == "Image":
+        return {"type": "Image", "shape": list(shape), "layout": image_layout(shape), "dtype": "uint8"}
+    return {"type": "Box", "shape": list(shape)}
 
 
 def _jsonable(arr: np.ndarray) -> list:

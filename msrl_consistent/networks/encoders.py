@@ -76,13 +76,18 @@ def obs_encoder(spec, rng=None, policy_cfg=None, device: str = "CPU"):
     """(encoder cell or None, features width) for the observation space: None for a Box (the
     network sees the normalized row as before), OneHot for a Discrete observation, DictEncoder
     for a Dict (each key's encoder, concatenated in the sorted key order of SpaceSpec.obs_parts),
-    ImageEncoder (preprocessing + CNN, weights from ``rng``) for an image."""
+    MultiInputEncoder for a Dict with image keys (a CNN per image key), ImageEncoder
+    (preprocessing + CNN, weights from ``rng``) for an image."""
     if spec.obs_kind == "Image":
         pc = policy_cfg
         enc = ImageEncoder(rng, spec, pc.cnn, pc.grayscale, pc.resize, pc.ortho_init, conv_impl_for(pc.conv_impl, device))
         return enc, enc.out_dim
     if spec.obs_kind == "Discrete":
         return OneHot(spec.obs_n), spec.obs_n
+    if spec.obs_kind == "Dict" and spec.image_parts:  # several sensors: a CNN per image key
+        from .multi_input import MultiInputEncoder
+        enc = MultiInputEncoder(spec, rng, policy_cfg, conv_impl_for(policy_cfg.conv_impl, device))
+        return enc, enc.out_dim
     if spec.obs_kind == "Dict":
         enc = DictEncoder(spec.obs_parts)
         return enc, enc.out_dim

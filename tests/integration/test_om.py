@@ -22,11 +22,11 @@ open(out + ".om", "wb").write(b"stand-in om")
 
 
 def test_atc_command_mapping():
-    cmd = atc_command("atc", "/x/actor.onnx", "/x/actor", "obs", 1, 4, "Ascend310P3", "must_keep_origin_dtype")
+    cmd = atc_command("atc", "/x/actor.onnx", "/x/actor", [("obs", (4,), "float32")], 1, "Ascend310P3", "must_keep_origin_dtype")
     assert cmd == ["atc", "--model=/x/actor.onnx", "--framework=5", "--output=/x/actor", "--soc_version=Ascend310P3",
                    "--input_shape=obs:1,4", "--precision_mode=must_keep_origin_dtype", "--log=error"]
     with pytest.raises(ValueError, match="not an ATC precision mode"):
-        atc_command("atc", "a", "b", "obs", 1, 4, "Ascend310P3", "fp16")
+        atc_command("atc", "a", "b", [("obs", (4,), "float32")], 1, "Ascend310P3", "fp16")
 
 
 def test_om_export_with_stand_in_atc(cartpole_run, tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from helpers import board, train_run
 
 from msrl_consistent import deploy
 from msrl_consistent.deploy import recurrent as rec
+from msrl_consistent.deploy.graph_io import ObsInput, graph_inputs
 from msrl_consistent.export import exporter
 from msrl_consistent.export.om import atc_command
 from msrl_consistent.export.verify import verify_export
@@ -166,7 +167,8 @@ def test_fixed_batch_export_and_the_om_input_shapes(exported, tmp_path):
     pi = deploy.load(out, backend="onnxruntime")
     pi.reset()
     assert pi.act(np.zeros((5, 4), np.float32)).shape == (5,)  # 5 envs in calls of 3, the last padded
-    cmd = atc_command("atc", "a.onnx", "a", "obs", 3, 4, "Ascend310P3", "must_keep_origin_dtype", 16)
+    state_inputs = graph_inputs([ObsInput("obs", (), (4,), "float32", 0, 4)], 16)
+    cmd = atc_command("atc", "a.onnx", "a", state_inputs, 3, "Ascend310P3", "must_keep_origin_dtype")
     assert "--input_shape=obs:3,4;h:3,16;c:3,16;episode_start:3" in cmd
 
 

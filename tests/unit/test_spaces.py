@@ -160,10 +160,12 @@ def test_dict_spec_sorted_keys_round_trip_and_golden_sampling():
 
 
 def test_dict_spaces_refused_with_the_key_named():
-    with pytest.raises(ConfigError, match="key 'inner' is a Dict; Dict observations hold"):
+    with pytest.raises(ConfigError, match="key 'inner' is a Dict; nested Dicts are not supported"):
         space_spec(spaces.Dict({"inner": spaces.Dict({"a": spaces.Discrete(2)})}), spaces.Discrete(2), "X-v0")
-    with pytest.raises(ConfigError, match="key 'img' is a Image; Dict observations hold Box and Discrete"):
-        space_spec(spaces.Dict({"img": spaces.Box(0, 255, (4, 4), np.uint8)}), spaces.Discrete(2), "X-v0")
+    with pytest.raises(ConfigError, match="key 'front cam' holds an image, and an image key names its graph input"):
+        space_spec(spaces.Dict({"front cam": spaces.Box(0, 255, (4, 4), np.uint8)}), spaces.Discrete(2), "X-v0")
+    with pytest.raises(ConfigError, match=r"key 'img': unsupported uint8 observation shape \(4,\)"):
+        space_spec(spaces.Dict({"img": spaces.Box(0, 255, (4,), np.uint8)}), spaces.Discrete(2), "X-v0")
 
 
 def test_dict_encoder_is_onehot_and_identity_in_key_order():
@@ -312,6 +314,7 @@ def test_matmul_convs_export_to_onnx_with_a_dynamic_batch(tmp_path):
     from mindspore import nn
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from export.onnx import write_onnx
+    from msrl_consistent.deploy.graph_io import graph_inputs, obs_inputs
     enc, spec, _ = _encoder((90, 87, 3), cnn="nature", grayscale=True)
 
     class Features(nn.Cell):
@@ -324,7 +327,7 @@ def test_matmul_convs_export_to_onnx_with_a_dynamic_batch(tmp_path):
 
     cell = Features()
     path = str(tmp_path / "features.onnx")
-    info = write_onnx(cell, spec.obs_dim, 8, path, dynamic=True, dtype="uint8")
+    info = write_onnx(cell, graph_inputs(obs_inputs(spec)), 8, path, dynamic=True)
     assert info["batch"] == "dynamic", info
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     assert "Gather" in {n.op_type for n in onnx.load(path).graph.node}
