@@ -97,8 +97,7 @@ class Policy(Inputs):
         if self._state is None:
             raise ValueError("step(obs, state, episode_start) applies to recurrent policies; this policy takes "
                              "observations alone: call act(obs)")
-        single = self.is_single(obs)
-        x = self.validate(obs)
+        x, single = self.rows(obs)
         n = x.shape[0]
         h, c = check_state(state, n, self.state_size)
         action, h2, c2 = self._guarded_step(x, h, c, check_starts(episode_start, n))
@@ -108,16 +107,11 @@ class Policy(Inputs):
         """The environment action for one observation (obs_dim,) or a batch (B, obs_dim); for a
         Discrete observation space, an index or a batch of indices (B,); for a Dict space, a dict
         {key: one observation or a batch} (or its packed rows, the keys concatenated in sorted order)."""
-        if self.obs_parts and isinstance(obs, dict):
-            packed, single = self.pack(obs)
-            x = self.validate(packed)
-        elif self.image is not None or self._stack is not None:
+        if self._stack is not None:  # the same FrameStack as the training loop
             x, single = self.frames(obs)
-            if self._stack is not None:  # the same FrameStack as the training loop
-                x = self._stack.push(x)
+            x = self._stack.push(x)
         else:
-            single = self.is_single(obs)
-            x = self.validate(obs)
+            x, single = self.rows(obs)
         if self._state is not None:  # the carried state of these envs in, the next state kept
             out = self._state.step(self._guarded_step, x)
         else:
@@ -127,6 +121,16 @@ class Policy(Inputs):
         return out[0] if single else out
 
     __call__ = act
+
+    def rows(self, obs):
+        """One observation or a batch (a Dict's dict, an image's frames, or model rows) as validated
+        model rows, and whether it was one; frame stacking is ``act``'s."""
+        if self.obs_parts and isinstance(obs, dict):
+            packed, single = self.pack(obs)
+            return self.validate(packed), single
+        if self.image is not None:
+            return self.frames(obs)
+        return self.validate(obs), self.is_single(obs)
 
     def run_batched(self, x: np.ndarray) -> np.ndarray:
         """Run at the artifact's batch shape: chunks of ``fixed_batch`` (the last one padded)."""

@@ -180,3 +180,10 @@ def test_a_recurrent_multi_input_policy_exports_its_state_beside_the_sensors(tmp
         assert rep["passed"], (backend, rep["criteria"])
         assert rep["golden"]["sequences"]["lanes"] == 2 and rep["golden"]["first_divergence"] is None, backend
     assert verify_export(out, backend="mindspore", episodes=1, write_report=False)["golden"]["max_state_error"] == 0.0
+    pi, obs = load_policy(out, backend="onnxruntime"), _obs(3)
+    pi.reset()
+    zeros = np.zeros((3, 16), np.float32)
+    action, (h, c) = pi.step(obs, (zeros, zeros), np.ones(3, np.float32))  # the caller owns the state
+    assert np.array_equal(action, pi.act(obs)) and h.shape == (3, 16)
+    one, state = pi.step({k: v[0] for k, v in obs.items()}, (zeros[:1], zeros[:1]), np.ones(1, np.float32))
+    assert one == action[0] and state[0].shape == (1, 16)
