@@ -124,3 +124,57 @@ def board(board_path, bundle, *args):
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp")}
     return subprocess.run([sys.executable, "-S", "policy.py", *args], cwd=bundle, env=env, capture_output=True,
                           text=True, timeout=300)
+
+
+def run_readme_python(section_heading, directory):
+    """Every python block of the README section ``section_heading``, verbatim, each in its own
+    interpreter in ``directory`` (an export directory's copy); a failing block fails the caller.
+    Returns the blocks, for the caller's checks of what they hold."""
+    import subprocess
+
+    from test_readme import fenced, section
+
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        blocks = fenced(section(fh.read(), section_heading), "python")
+    for code in blocks:
+        r = subprocess.run([sys.executable, "-c", code], cwd=str(directory), capture_output=True, text=True,
+                           timeout=300, env=dict(os.environ, GLOG_v="3"))
+        assert r.returncode == 0, r.stderr
+    return blocks
+
+
+def om_behind_onnx(monkeypatch, export_dir):
+    """Make ``export_dir`` hold an actor.om (a copy of its actor.onnx, listed in the manifest) and
+    install a stand-in for ais_bench's InferSession that runs it with ONNX Runtime. Returns the
+    list each ``infer`` call appends its feeds' [(shape, dtype name)] to."""
+    import json
+    import shutil
+    import types
+
+    from msrl_consistent import deploy
+
+    shutil.copyfile(os.path.join(export_dir, "actor.onnx"), os.path.join(export_dir, "actor.om"))
+    path = os.path.join(export_dir, "manifest.json")
+    with open(path) as fh:
+        m = json.load(fh)
+    m["files"]["actor.om"] = deploy.file_sha256(os.path.join(export_dir, "actor.om"))
+    m["export"]["formats"].append("om")
+    with open(path, "w") as fh:
+        json.dump(m, fh)
+    behind, calls = deploy.make_runner(deploy.open_export(export_dir), "onnxruntime").run_all, []
+
+    class InferSession:
+        def __init__(self, device_id, path):
+            pass
+
+        def infer(self, feeds, mode="static"):
+            calls.append([(f.shape, f.dtype.name) for f in feeds])
+            return behind(feeds)
+
+    interface = types.ModuleType("ais_bench.infer.interface")
+    interface.InferSession = InferSession
+    for name in ("ais_bench", "ais_bench.infer"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "ais_bench.infer.interface", interface)
+    return calls
+

@@ -4,12 +4,10 @@ Runtime, the raw runtime with named inputs, the bundle on a board, and recurrent
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, board
+from helpers import board, om_behind_onnx, run_readme_python
 
 from msrl_consistent.cli import main
 from msrl_consistent.deploy import Export, ExportError
@@ -100,38 +98,16 @@ def test_the_bundle_checks_a_multi_input_export_on_a_board(sensor_export, board_
 
 
 def test_the_om_runner_feeds_each_sensor_input(sensor_export, monkeypatch, tmp_path):
-    """The OM runner with a stand-in for ais_bench (the ONNX graph behind its API): the frames and
-    the row reach ``infer`` as separate inputs, uint8 and float32, and the golden set passes."""
-    import types
-
+    """The OM runner with a stand-in for ais_bench (the ONNX graph behind its API, at the golden
+    batch 1): the frames and the row reach ``infer`` as separate inputs, uint8 and float32, and the
+    golden set passes."""
     from msrl_consistent import deploy
 
     _, out = sensor_export
     d = str(shutil.copytree(out, tmp_path / "om"))
-    shutil.copyfile(os.path.join(d, "actor.onnx"), os.path.join(d, "actor.om"))  # OM runs at the golden batch, 1
-    with open(os.path.join(d, "manifest.json")) as fh:
-        m = json.load(fh)
-    m["files"]["actor.om"] = deploy.file_sha256(os.path.join(d, "actor.om"))
-    m["export"]["formats"].append("om")
-    with open(os.path.join(d, "manifest.json"), "w") as fh:
-        json.dump(m, fh)
-    behind, calls = deploy.make_runner(deploy.open_export(d), "onnxruntime").run_all, []
-
-    class InferSession:
-        def __init__(self, device_id, path):
-            pass
-
-        def infer(self, feeds, mode="static"):
-            calls.append([(f.shape, f.dtype.name) for f in feeds])
-            return behind(feeds)
-
-    interface = types.ModuleType("ais_bench.infer.interface")
-    interface.InferSession = InferSession
-    for name in ("ais_bench", "ais_bench.infer"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "ais_bench.infer.interface", interface)
+    infers = om_behind_onnx(monkeypatch, d)
     assert deploy.check(d, "om", latency_seconds=0, write_report=False)["passed"]
-    assert [((1, 16, 16, 3), "uint8"), ((1, 2), "float32")] in calls
+    assert [((1, 16, 16, 3), "uint8"), ((1, 2), "float32")] in infers
 
 
 def test_replay_and_the_precision_sweep_take_multi_input_exports(sensor_export, tmp_path, capsys):
@@ -152,17 +128,9 @@ def test_replay_and_the_precision_sweep_take_multi_input_exports(sensor_export, 
 def test_readme_multi_sensor_loops_run_in_an_export_directory(sensor_export, tmp_path):
     """The README's two multi-sensor board loops (the bundle's act on a dict, the raw runtime fed
     the named inputs), verbatim, in a copy of the export."""
-    from test_readme import fenced, section
-
     _, out = sensor_export
-    d = shutil.copytree(out, tmp_path / "readme")
-    blocks = fenced(section(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(),
-                            "Several sensors on a board"), "python")
+    blocks = run_readme_python("Several sensors on a board", shutil.copytree(out, tmp_path / "readme"))
     assert len(blocks) == 2 and "pi.act(obs)" in blocks[0] and '"obs_camera"' in blocks[1]
-    for code in blocks:
-        r = subprocess.run([sys.executable, "-c", code], cwd=str(d), capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, GLOG_v="3"))
-        assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.slow

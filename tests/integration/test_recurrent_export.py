@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import board, train_run
+from helpers import board, om_behind_onnx, run_readme_python, train_run
 
 from msrl_consistent import deploy
 from msrl_consistent.deploy import recurrent as rec
@@ -267,48 +267,17 @@ def test_lite_and_om_feed_every_state_input(exported, monkeypatch, tmp_path):
 
     fixed = str(tmp_path / "om")
     exporter.export_run(run_dir, fixed, formats=["mindir", "onnx"], batch=3, golden=30)
-    shutil.copyfile(os.path.join(fixed, "actor.onnx"), os.path.join(fixed, "actor.om"))
-    m = json.load(open(os.path.join(fixed, "manifest.json")))
-    m["files"]["actor.om"] = deploy.file_sha256(os.path.join(fixed, "actor.om"))
-    m["export"]["formats"].append("om")
-    json.dump(m, open(os.path.join(fixed, "manifest.json"), "w"))
-    om_all = _ort_behind(fixed)
-
-    class InferSession:
-        def __init__(self, device_id, path):
-            pass
-
-        def infer(self, feeds, mode="static"):
-            calls.append(("infer", [f.shape for f in feeds]))
-            return om_all(feeds)
-
-    interface = types.ModuleType("ais_bench.infer.interface")
-    interface.InferSession = InferSession
-    for name in ("ais_bench", "ais_bench.infer"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "ais_bench.infer.interface", interface)
+    infers = om_behind_onnx(monkeypatch, fixed)
     assert check_module.check(fixed, "om", latency_seconds=0, write_report=False)["passed"]
-    assert ("infer", [(3, 4), (3, 16), (3, 16), (3,)]) in calls
+    assert [((3, 4), "float32"), ((3, 16), "float32"), ((3, 16), "float32"), ((3,), "float32")] in infers
 
 
 def test_readme_board_loops_run_in_an_export_directory(exported, tmp_path):
     """The README's two recurrent board loops (the bundle's act/reset, the raw runtime with the
     state fed back by hand), verbatim, in a copy of a recurrent export."""
-    import subprocess
-    import sys
-
-    from helpers import ROOT
-    from test_readme import fenced, section
-
     _, out = exported
-    d = shutil.copytree(out, tmp_path / "readme")
-    blocks = fenced(section(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(),
-                            "A recurrent policy on a board"), "python")
+    blocks = run_readme_python("A recurrent policy on a board", shutil.copytree(out, tmp_path / "readme"))
     assert len(blocks) == 2 and "pi.reset()" in blocks[0] and '"episode_start": start' in blocks[1]
-    for code in blocks:
-        r = subprocess.run([sys.executable, "-c", code], cwd=str(d), capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, GLOG_v="3"))
-        assert r.returncode == 0, r.stderr
 
 
 def test_precision_sweep_reports_the_state_drift_per_step(exported, tmp_path):
