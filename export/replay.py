@@ -7,7 +7,10 @@ the k stacked frames). The report gives the first step whose action differs (bit
 first one beyond the tolerance, the error distribution (MultiDiscrete / MultiBinary: a step
 differs when any dimension does, and the agreement of each dimension), and, where the trace
 recorded episodes (eval with --record), the return impact: the reference rolled out on the same
-episode seeds, stacking frames as the recording policy did.
+episode seeds, stacking frames as the recording policy did. A recurrent export's trace is replayed
+through the reference's own loop: its state carried from the recorded episode_start flags, its
+actions and its state compared with the recorded ones at every step (the state criterion of the
+golden sequences, atol x max(1, |state|)).
 A trace whose arrays do not fit the export (shapes, dtypes, call sizes, observations outside the
 space) is a usage error naming the file, the array and the value.
 Exit codes as verify: 0 within tolerance, 1 drift beyond it, 2 integrity or usage error.
@@ -23,6 +26,7 @@ import numpy as np
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import default_atol, file_sha256
+from msrl_consistent.deploy.sequences import state_errors
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.manifest import IntegrityError, read_manifest
 from msrl_consistent.recording import read_trace
@@ -31,8 +35,14 @@ from msrl_consistent.runtime import load_policy
 AGAINST = ("train", "mindspore", "onnxruntime")
 
 
-def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray, trace_path: str = "trace") -> np.ndarray:
-    outs, start = [], 0
+def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray, trace_path: str = "trace",
+              starts: Optional[np.ndarray] = None):
+    """The reference's actions for the recorded calls, at the recorded batch shapes. A recurrent
+    reference (``starts``: the recorded episode_start flags) carries its own state from call to
+    call, zeros at the first call and wherever the number of envs changes (check_trace: every env
+    starts an episode there), so the recording's loop is replayed, not its state: -> (actions, h, c)."""
+    outs, hs, cs, start = [], [], [], 0
+    h = c = None
     for n in call_sizes:
         n = int(n)
         try:
@@ -40,9 +50,44 @@ def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray, trace_path: st
         except ValueError as exc:  # a row the export's observation space does not hold
             rows = f"row {start}" if n == 1 else f"rows {start}..{start + n - 1} (one recorded call)"
             raise ConfigError(f"{trace_path}: 'obs' {rows}: {exc}") from None
-        outs.append(reference.run_batched(x))
+        if starts is None:
+            outs.append(reference.run_batched(x))
+        else:
+            if h is None or h.shape[0] != n:
+                h = c = np.zeros((n, reference.state_size), np.float32)
+            a, h, c = reference.run_step_batched(x, h, c, np.ascontiguousarray(starts[start:start + n], np.float32))
+            outs.append(a)
+            hs.append(h)
+            cs.append(c)
         start += n
-    return np.concatenate(outs) if outs else np.zeros((0,))
+    actions = np.concatenate(outs) if outs else np.zeros((0,))
+    if starts is None:
+        return actions
+    return actions, np.concatenate(hs), np.concatenate(cs)
+
+
+def _check_state_arrays(trace: dict, reference, trace_path: str) -> None:
+    """A recurrent export's trace holds its steps' episode_start flags and next states; every env
+    starts an episode at the first call and wherever the number of envs changes."""
+    n, hidden = len(trace["obs"]), reference.state_size
+    for key, shape in (("episode_starts", (n,)), ("h", (n, hidden)), ("c", (n, hidden))):
+        arr = trace.get(key)
+        if arr is None:
+            raise ConfigError(f"{trace_path}: no '{key}' array: the export is recurrent ({hidden} state units) and "
+                              f"its trace records every step's episode_start flags and state; record it again "
+                              f"with this msrl")
+        if arr.shape != shape or not np.issubdtype(arr.dtype, np.floating):
+            raise ConfigError(f"{trace_path}: '{key}' has {arr.dtype} {arr.shape}, expected float32 {shape}")
+    starts, calls, prev, pos = trace["episode_starts"], trace["call_sizes"], None, 0
+    if not np.isin(starts, (0.0, 1.0)).all():
+        raise ConfigError(f"{trace_path}: 'episode_starts' must hold 0 or 1")
+    for n in calls:
+        n = int(n)
+        if n != prev and not (starts[pos:pos + n] == 1.0).all():
+            raise ConfigError(f"{trace_path}: 'episode_starts' of the call at row {pos}: {n} envs after "
+                              f"{prev or 'none'}, so every env starts an episode there (flags 1), got "
+                              f"{starts[pos:pos + n].tolist()[:8]}")
+        prev, pos = n, pos + n
 
 
 def _action_space_text(reference) -> str:
@@ -80,6 +125,8 @@ def check_trace(trace: dict, reference, trace_path: str) -> None:
     if spec.discrete != np.issubdtype(act.dtype, np.integer):
         raise ConfigError(f"{trace_path}: 'actions' has dtype {act.dtype}, expected "
                           f"{'integers' if spec.discrete else 'float32'} ({_action_space_text(reference)} actions)")
+    if reference.state_size:
+        _check_state_arrays(trace, reference, trace_path)
 
 
 def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optional[float] = None,
@@ -96,7 +143,11 @@ def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optio
                              f"{meta.get('manifest_sha256')!r}, {export_dir}/manifest.json is {msha})")
     check_trace(trace, reference, trace_path)
     obs, rec = trace["obs"], trace["actions"]
-    ref = recompute(reference, obs, trace["call_sizes"], trace_path)
+    recurrent = bool(reference.state_size)
+    if recurrent:
+        ref, ref_h, ref_c = recompute(reference, obs, trace["call_sizes"], trace_path, trace["episode_starts"])
+    else:
+        ref = recompute(reference, obs, trace["call_sizes"], trace_path)
     precision = manifest.export.precision
     atol = default_atol(meta["backend"], precision, against) if atol is None else float(atol)
     discrete = reference.spec.discrete
@@ -122,6 +173,15 @@ def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optio
     report["first_difference_step"] = int(diff[0]) if diff.size else None
     report["first_divergence_step"] = int(beyond[0]) if beyond.size else None
     report["steps_beyond_atol"] = int(beyond.size)
+    state_err = None
+    if recurrent:  # the recorded state against the reference's own, step by step (deploy.sequences' criterion)
+        st = state_errors(trace["h"], trace["c"], ref_h, ref_c)
+        state_err = np.asarray(st["state_error_per_step"])
+        bad = np.nonzero(state_err > atol)[0]
+        report["state"] = {k: v for k, v in st.items() if k != "state_error_per_step"}
+        report["state"]["first_divergence_step"] = int(bad[0]) if bad.size else None
+        report["state"]["steps_beyond_atol"] = int(bad.size)
+        report["state_error_per_step"] = st["state_error_per_step"]
     if meta.get("episodes"):
         seeds = [e["seed"] for e in meta["episodes"]]
         rec_returns = [e["return"] for e in meta["episodes"]]
@@ -133,16 +193,17 @@ def replay(export_dir: str, trace_path: str, against: str = "train", atol: Optio
             "per_episode": [{"seed": s, "recorded": a, "reference": b} for s, a, b in zip(seeds, rec_returns, ref_returns)]}
     elif "rewards" in trace:
         report["recorded_reward_sum"] = float(trace["rewards"].sum())
-    report["passed"] = report["first_divergence_step"] is None
+    report["passed"] = report["first_divergence_step"] is None and (
+        not recurrent or report["state"]["first_divergence_step"] is None)
     if write_report:
         base = os.path.join(export_dir, f"replay-{against}")
-        report["plot"] = _plot(err, atol, base + ".png", discrete)
+        report["plot"] = _plot(err, atol, base + ".png", discrete, state_err)
         atomic_write_text(base + ".json", json.dumps(report, indent=2) + "\n")
         atomic_write_text(base + ".md", render_markdown(report))
     return report
 
 
-def _plot(err: np.ndarray, atol: float, path: str, discrete: bool) -> Optional[str]:
+def _plot(err: np.ndarray, atol: float, path: str, discrete: bool, state_err=None) -> Optional[str]:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -150,8 +211,10 @@ def _plot(err: np.ndarray, atol: float, path: str, discrete: bool) -> Optional[s
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(8, 3))
-    ax.plot(np.arange(len(err)), err, lw=0.8)
-    if not discrete and atol > 0:
+    ax.plot(np.arange(len(err)), err, lw=0.8, label="action mismatch" if discrete else "action error")
+    if state_err is not None:
+        ax.plot(np.arange(len(state_err)), state_err, lw=0.8, label="state error / max(1, |state|)")
+    if (not discrete or state_err is not None) and atol > 0:
         ax.axhline(atol, color="r", ls="--", lw=0.8, label=f"atol {atol:g}")
         ax.legend()
     ax.set_xlabel("recorded step")
@@ -177,6 +240,11 @@ def render_markdown(r: dict) -> str:
         dims = ", ".join(f"{i}: {a:.6f}" for i, a in enumerate(r["agreement_per_dimension"]))
         lines.append(f"- agreement per action dimension: {dims}; dimensions differing at the first differing step: "
                      f"{r['first_difference_dimensions']}")
+    if "state" in r:
+        st = r["state"]
+        lines.append(f"- state (h, c) against the reference's own, carried from the recorded episode starts: max h error "
+                     f"{st['max_h_error']:.3g}, max c error {st['max_c_error']:.3g}, scaled {st['max_state_error_scaled']:.3g}; "
+                     f"first step beyond atol x max(1, |state|): {st['first_divergence_step']}")
     if "error" in r:
         e = r["error"]
         lines.append(f"- action error: max {e['max']:.3g}, mean {e['mean']:.3g}, p50 {e['p50']:.3g}, "

@@ -160,6 +160,10 @@ def cmd_replay(args) -> int:
         print(f"msrl replay [{r['recorded_backend']} vs {r['against']}]: {r['steps']} steps, {detail}; first "
               f"difference at step {r['first_difference_step']}, first beyond atol {r['atol']:g} at step "
               f"{r['first_divergence_step']}")
+        if "state" in r:
+            st = r["state"]
+            print(f"  state: max error h {st['max_h_error']:.3g} c {st['max_c_error']:.3g} (scaled "
+                  f"{st['max_state_error_scaled']:.3g}), first beyond atol at step {st['first_divergence_step']}")
         if "return_impact" in r:
             ri = r["return_impact"]
             print(f"  return: recorded {ri['recorded_mean_return']:.2f}, reference {ri['reference_mean_return']:.2f} "

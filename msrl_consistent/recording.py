@@ -1,9 +1,11 @@
 """Traces of what a deployed policy saw and did, for `msrl replay`.
 
 A trace (``.npz``, no pickled objects) holds every observation given to ``act`` as the model's
-input row (a Dict packed in sorted key order, a Discrete index as one value, image pixels kept
-uint8, with frame stacking the k stacked frames), every action returned ((n,) or, per dimension
-and for Box, (n, dims)), the batch size of each call (so replay runs at the recorded batch shape),
+input row (a Dict packed in SpaceSpec.obs_parts's order, a Discrete index as one value, image
+pixels kept uint8, with frame stacking the k stacked frames), every action returned ((n,) or, per
+dimension and for Box, (n, dims)), for a recurrent policy the episode_start flags each step was
+given and the state it returned (``episode_starts`` (n,), ``h`` and ``c`` (n, hidden)), the
+batch size of each call (so replay runs at the recorded batch shape),
 optionally the rewards and episode boundaries of the rollout, and the sha256 of the
 artifact's manifest.json, so a trace is always tied to the artifact that produced it.
 
@@ -27,12 +29,14 @@ TRACE_FORMAT = "msrl-trace-1"
 
 class TraceRecorder:
     def __init__(self, path: str, manifest_sha256: str, backend: str, obs_dim: int, discrete: bool,
-                 limit: int = 100_000, obs_dtype: str = "float32"):
+                 limit: int = 100_000, obs_dtype: str = "float32", state_size: int = 0):
         if limit < 1:
             raise ValueError(f"trace limit must be >= 1, got {limit}")
         self.path = path
         self.meta = {"format": TRACE_FORMAT, "manifest_sha256": manifest_sha256, "backend": backend,
-                     "limit": int(limit)}
+                     "limit": int(limit), "state_size": int(state_size)}
+        self.state_size = int(state_size)
+        self._state: List[tuple] = []  # a recurrent policy's (episode_starts, h, c) per call
         self.limit = int(limit)
         self.obs_dim = obs_dim
         self.obs_dtype = np.dtype(obs_dtype)
@@ -50,11 +54,15 @@ class TraceRecorder:
         """Optional callable returning more metadata at flush time (the guard's counters)."""
         atexit.register(self.close)
 
-    def record(self, obs: np.ndarray, actions: np.ndarray) -> None:
+    def record(self, obs: np.ndarray, actions: np.ndarray, state=None) -> None:
+        """One ``act`` call: its model-input rows and actions; ``state`` (a recurrent policy's
+        episode_start flags and next h, c) when the recorder has a state size."""
         n = len(obs)
         if self.stored + n > self.limit:
             self.dropped += n
             return
+        if self.state_size:
+            self._state.append(tuple(np.array(a, np.float32, copy=True) for a in state))
         # uint8 image rows stay uint8 (a float32 copy is 4x the size and not what the model saw)
         self._obs.append(np.array(obs, np.uint8 if np.asarray(obs).dtype == np.uint8 else np.float32, copy=True))
         # continuous and per-dimension discrete actions (MultiDiscrete / MultiBinary): (n, dims)
@@ -79,6 +87,10 @@ class TraceRecorder:
         else:
             act = np.zeros((0,), np.int32) if self.discrete else np.zeros((0, 0), np.float32)
         out = {"obs": obs, "actions": act, "call_sizes": np.asarray(self._calls, np.int64)}
+        if self.state_size:
+            for i, key in enumerate(("episode_starts", "h", "c")):
+                shape = (0,) if i == 0 else (0, self.state_size)
+                out[key] = np.concatenate([s[i] for s in self._state]) if self._state else np.zeros(shape, np.float32)
         if self._rewards:
             out["rewards"] = np.asarray(self._rewards, np.float64)
             out["dones"] = np.asarray(self._dones, bool)

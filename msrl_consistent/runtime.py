@@ -69,13 +69,11 @@ class Recordable:
 
     def start_recording(self, path: str, limit: int = 100_000, source_sha256: str = ""):
         """Record every observation and action of later ``act`` calls into the trace ``path``
-        (with the guard's counters, when guarded)."""
+        (with the guard's counters, when guarded; a recurrent policy's episode_start flags and
+        next state at every step too)."""
         from .recording import TraceRecorder
-        if self.state_size:
-            raise ConfigError("recording a recurrent policy is not built (a trace for msrl replay would need its "
-                              "state at every step); run it without --record")
         self.recorder = TraceRecorder(path, source_sha256, self.backend, self.obs_dim, self.spec.discrete, limit,
-                                      obs_dtype=self.spec.input_dtype)
+                                      obs_dtype=self.spec.input_dtype, state_size=self.state_size)
         self.recorder.extra_meta = lambda: {"guard": self.guard_stats()} if self.guard is not None else {}
         return self.recorder
 

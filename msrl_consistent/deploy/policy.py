@@ -116,8 +116,9 @@ class Policy(Inputs):
             out = self._state.step(self._guarded_step, x)
         else:
             out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
-        if self.recorder is not None:
-            self.recorder.record(x, out)
+        if self.recorder is not None:  # a recurrent step: with its episode_start flags and next state
+            st = self._state
+            self.recorder.record(x, out, None if st is None else (st.last_starts, st.h, st.c))
         return out[0] if single else out
 
     __call__ = act

@@ -65,6 +65,7 @@ class RecurrentState:
         self.h: Optional[np.ndarray] = None
         self.c: Optional[np.ndarray] = None
         self.starts: Optional[np.ndarray] = None
+        self.last_starts: Optional[np.ndarray] = None
 
     def zeros(self, n: int) -> State:
         return np.zeros((n, self.hidden), np.float32), np.zeros((n, self.hidden), np.float32)
@@ -86,8 +87,11 @@ class RecurrentState:
 
     def step(self, run, x: np.ndarray) -> np.ndarray:
         """One step of the envs whose observations are ``x``: ``run(x, h, c, episode_start) ->
-        (action, h', c')`` on the carried state, whose outputs become the state; -> the action."""
-        action, h, c = run(x, *self.inputs(x.shape[0]))
+        (action, h', c')`` on the carried state, whose outputs become the state; -> the action.
+        ``last_starts`` keeps the flags the step was given (what a trace records)."""
+        h0, c0, starts = self.inputs(x.shape[0])
+        action, h, c = run(x, h0, c0, starts)
+        self.last_starts = starts
         self.update(h, c)
         return action
 

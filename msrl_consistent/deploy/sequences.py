@@ -109,6 +109,23 @@ def _max_err(a, b) -> float:
     return float(np.where(np.isnan(err), np.inf, err).max()) if err.size else 0.0
 
 
+def state_errors(h, c, ref_h, ref_c) -> Dict[str, Any]:
+    """How far states (h, c) are from the reference's, step by step along axis 0: the largest
+    absolute h and c errors, and per step the largest error scaled by max(1, |reference|), the
+    state criterion (h is bounded by 1, c is not: |c| reaches ~10 on a trained CartPoleNoVel
+    policy, and float32's rounding grows with the magnitude). NaN counts as an infinite error."""
+    errs = {k: np.abs(np.asarray(a, np.float64) - np.asarray(r, np.float64)) for k, a, r in (("h", h, ref_h), ("c", c, ref_c))}
+    axes = tuple(range(1, errs["h"].ndim))
+    scaled = np.maximum(*(np.nan_to_num(e / np.maximum(1.0, np.abs(np.asarray(r, np.float64))), nan=np.inf).max(axis=axes)
+                          for e, r in ((errs["h"], ref_h), (errs["c"], ref_c))))
+    out: Dict[str, Any] = {f"max_{k}_error": float(np.nan_to_num(e, nan=np.inf).max()) if e.size else 0.0
+                           for k, e in errs.items()}
+    out["max_state_error"] = max(out["max_h_error"], out["max_c_error"])
+    out["max_state_error_scaled"] = float(scaled.max()) if scaled.size else 0.0
+    out["state_error_per_step"] = [float(e) for e in scaled]
+    return out
+
+
 def sequence_check(policy: Any, export: Any, atol: float) -> dict:
     """The golden sequences through ``policy``'s deployed loop, step by step (see the module)."""
     g = export.golden_sequences()
@@ -122,16 +139,8 @@ def sequence_check(policy: Any, export: Any, atol: float) -> dict:
             f"artifact returns actions of shape {act['pred_shape']}, the training cell {act['ref_shape']}"))
         return res
     res.update({k: v for k, v in act.items() if k not in ("count", "passed", "first_mismatch")})
-    # h is bounded by 1, c is not (|c| reaches ~10 on a trained CartPoleNoVel policy): each element's error
-    # is judged against atol * max(1, |reference|), float32's rounding growing with the magnitude
-    errs = {k: np.abs(run[k].astype(np.float64) - g[k]) for k in ("h", "c")}
-    scaled = np.maximum(*(np.nan_to_num(e / np.maximum(1.0, np.abs(g[k])), nan=np.inf).max(axis=(1, 2))
-                          for k, e in errs.items()))
-    res["max_h_error"], res["max_c_error"] = (float(np.nan_to_num(e, nan=np.inf).max()) for e in errs.values())
-    res["max_state_error"] = max(res["max_h_error"], res["max_c_error"])
-    res["max_state_error_scaled"] = float(scaled.max())
-    res["state_error_per_step"] = [float(e) for e in scaled]
-    state_err = scaled
+    res.update(state_errors(run["h"], run["c"], g["h"], g["c"]))
+    state_err = np.asarray(res["state_error_per_step"])
     bad_act = act["first_mismatch"]
     bad_state = np.nonzero(state_err > atol)[0]
     first = None

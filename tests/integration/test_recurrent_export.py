@@ -12,12 +12,12 @@ import pytest
 from helpers import board, om_behind_onnx, run_readme_python, train_run
 
 from msrl_consistent import deploy
+from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import recurrent as rec
 from msrl_consistent.deploy.graph_io import ObsInput, graph_inputs
 from msrl_consistent.export import exporter
 from msrl_consistent.export.om import atc_command
 from msrl_consistent.export.verify import verify_export
-from msrl_consistent.runtime import load_policy
 
 check_module = importlib.import_module("msrl_consistent.deploy.check")
 CONFIG = "ppo/CartPoleNoVel-v1-lstm.yaml"
@@ -195,12 +195,41 @@ def test_reader_rejects_a_wrong_state_section_or_golden_sequences(exported, tmp_
         deploy.open_export(d, hashes=False)
 
 
-def test_recording_a_recurrent_policy_is_refused(exported, tmp_path):
-    from msrl_consistent.config import ConfigError
+def test_a_recurrent_trace_replays_through_the_references_own_loop(exported, tmp_path, capsys):
+    """`msrl eval --record` of a recurrent export keeps each step's episode_start flags and next
+    state; `msrl replay` carries the reference's own state from those flags and compares actions
+    and states at every step: a state that drifted in the recording is found at its step."""
+    from msrl_consistent.cli import main
+    from msrl_consistent.export.replay import replay
 
     _, out = exported
-    with pytest.raises(ConfigError, match="recording a recurrent policy is not built"):
-        load_policy(out, backend="onnxruntime", record=str(tmp_path / "t.npz"))
+    trace = str(tmp_path / "trace.npz")
+    assert main(["eval", out, "--backend", "onnxruntime", "--episodes", "3", "--record", trace]) == 0
+    with np.load(trace) as z:
+        t = {k: z[k] for k in z.files}
+    n = len(t["obs"])
+    assert t["h"].shape == t["c"].shape == (n, 16) and t["episode_starts"].shape == (n,)
+    assert t["episode_starts"].sum() == 3 and t["episode_starts"][0] == 1.0  # one flag per episode start
+    for against in ("train", "mindspore"):
+        r = replay(out, trace, against=against, write_report=False)
+        assert r["passed"] and r["agreement"] == 1.0 and r["state"]["first_divergence_step"] is None, against
+        assert r["state"]["max_state_error_scaled"] < 1e-5 and len(r["state_error_per_step"]) == n
+    assert main(["replay", out, trace]) == 0
+    assert "state: max error h" in capsys.readouterr().out
+    drifted = dict(t, h=t["h"].copy())
+    drifted["h"][7] += 0.01  # what a device whose state drifted would have recorded
+    np.savez(str(tmp_path / "drifted.npz"), **drifted)
+    r = replay(out, str(tmp_path / "drifted.npz"), write_report=False)
+    assert not r["passed"] and r["state"]["first_divergence_step"] == 7 and r["agreement"] == 1.0
+    bad = {k: v for k, v in t.items() if k != "c"}
+    np.savez(str(tmp_path / "no_c.npz"), **bad)
+    assert main(["replay", out, str(tmp_path / "no_c.npz")]) == 2
+    assert "no 'c' array: the export is recurrent" in capsys.readouterr().err
+    late = dict(t, episode_starts=t["episode_starts"].copy())
+    late["episode_starts"][0] = 0.0
+    np.savez(str(tmp_path / "late.npz"), **late)
+    with pytest.raises(ConfigError, match="every env starts an episode there"):
+        replay(out, str(tmp_path / "late.npz"), write_report=False)
 
 
 def test_board_check_of_a_recurrent_bundle(exported, board_path, tmp_path):
