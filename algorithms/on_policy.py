@@ -119,7 +119,7 @@ class OnPolicyAlgorithm(Algorithm):
                                 obs_dtype)
         else:
             buf = SequenceBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete, obs_dtype,
-                                 self.state_dim)
+                                 self.state_dim, self.seq_len)
         # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed)
         stack = FrameStack(self.spec.frame_stack, self.spec.frame_dim) if self.spec.frame_stack > 1 else None
         steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps

@@ -30,7 +30,14 @@ from .algorithm import register, schedule_value
 from .on_policy import OnPolicyAlgorithm
 from .population import PPOPopulation
 from .ppo_update import STAT_NAMES, ClippedObjective, PPOTrainStep, PPOUpdatePhase, explained_variance, kl_threshold, minibatch_indices
-from .recurrent import RecurrentPPOLoss, RecurrentRollout, RecurrentValue, check_recurrent, sequence_minibatch
+from .recurrent import (
+    RecurrentPPOLoss,
+    RecurrentRollout,
+    RecurrentValue,
+    check_recurrent,
+    sequence_length,
+    sequence_minibatch,
+)
 
 DATA_KEYS = ("obs", "actions", "log_probs", "advantages", "returns", "values")
 """The rollout arrays the loss takes, in its order (a recurrent loss adds two)."""
@@ -78,12 +85,17 @@ class PPOConfig:
     sde_sample_freq: int = -1
     """With use_sde: draw new exploration matrices every this many vector steps of a rollout (-1: only at
     the start of each rollout)."""
+    bptt_steps: Optional[int] = None
+    """Recurrent policies: the length of the sequences the update backpropagates through, a divisor of n_steps
+    (None: n_steps, every env's whole rollout). Each sequence starts from the state the rollout had at its
+    first step (truncated backpropagation through time); batch_size is then bptt_steps times a number of
+    sequences (docs/recurrent.md)."""
 
     checks: ClassVar[Dict[str, Check]] = {
         "learning_rate": POSITIVE, "n_steps": POSITIVE, "batch_size": POSITIVE, "n_epochs": POSITIVE,
         "gamma": UNIT_INTERVAL, "gae_lambda": UNIT_INTERVAL, "clip_range": POSITIVE, "clip_range_vf": POSITIVE,
         "ent_coef": NON_NEGATIVE, "vf_coef": NON_NEGATIVE, "max_grad_norm": POSITIVE, "target_kl": POSITIVE,
-        "adam_eps": POSITIVE,
+        "adam_eps": POSITIVE, "bptt_steps": POSITIVE,
         "sde_sample_freq": (lambda v: v == -1 or v > 0, "-1 (only at the start of each rollout) or a positive "
                                                         "number of steps")}
 
@@ -271,11 +283,13 @@ class PPO(OnPolicyAlgorithm):
             raise ConfigError("key 'algo.batch_size' must be >= 2 when algo.normalize_advantage is true")
         self.distribution = self.agent.distribution()
         self.recurrent = self.agent.recurrent
-        if self.recurrent:  # minibatches of whole env sequences (recurrent.py)
-            rows, self.minibatch_rows = self.cfg.env.n_envs, sequence_minibatch(self.cfg)
+        if self.recurrent:  # minibatches of env sequences (recurrent.py)
+            self.seq_len = sequence_length(self.cfg)
+            rows = self.cfg.env.n_envs * (c.n_steps // self.seq_len)
+            self.minibatch_rows = sequence_minibatch(self.cfg)
             self.state_dim = 4 * self.agent.state_size  # [h_actor | c_actor | h_critic | c_critic]
             self.rollout_cell, self.value_cell = RecurrentRollout(self.agent), RecurrentValue(self.agent)
-            loss = RecurrentPPOLoss(self.agent, c, c.n_steps)
+            loss = RecurrentPPOLoss(self.agent, c, self.seq_len)
             self.data_keys = DATA_KEYS + ("episode_starts", "state0")
         else:
             rows, self.minibatch_rows = rollout, c.batch_size

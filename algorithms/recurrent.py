@@ -8,7 +8,11 @@ actor's and the critic's (h, c) as one row ``[h_actor | c_actor | h_critic | c_c
 
 Minibatches are whole sequences of envs (CleanRL's ppo_atari_lstm): each minibatch is
 ``batch_size / n_steps`` envs' complete rollouts, started from the state each env had at the
-start of the rollout, with the reset rule applied where episodes started inside it. Why not
+start of the rollout, with the reset rule applied where episodes started inside it. With
+``algo.bptt_steps`` L < n_steps each env's rollout is cut into n_steps / L sequences of L steps,
+each started from the state the rollout had at its first step (truncated backpropagation
+through time, for rollouts too long to unroll in one graph); a minibatch is batch_size / L of
+them. Why not
 sb3-contrib's padded sequences: static shapes (one compiled graph for the whole update phase,
 no padding masks), and with RL Zoo's recurrent recipes (batch_size = n_steps * n_envs) both are
 the same computation: every env's whole rollout, the state reset at episode starts.
@@ -32,9 +36,6 @@ def check_recurrent(cfg, spec) -> None:
     if pc.shared:
         raise ConfigError("key 'policy.recurrent' is true together with policy.shared; the recurrent policy has "
                           "separate actor and critic LSTMs and networks: set policy.shared: false")
-    if getattr(cfg.algo, "use_sde", False):
-        raise ConfigError("key 'policy.recurrent' is true together with algo.use_sde; gSDE is not built for "
-                          "recurrent policies: set algo.use_sde: false")
     if spec.frame_stack > 1:
         raise ConfigError(f"key 'env.frame_stack' is {spec.frame_stack} with policy.recurrent; the LSTM is the "
                           f"policy's memory: set env.frame_stack: 1")
@@ -63,7 +64,7 @@ class RecurrentRollout(nn.Cell):
         h_a, c_a = self.agent.lstm_actor(x, h_a, c_a, episode_start)
         h_c, c_c = self.agent.lstm_critic(x, h_c, c_c, episode_start)
         value = self.agent.critic(h_c).squeeze(-1)
-        env_a, a, logp = self.dist.sample((self.agent.actor(h_a), None, self.agent.log_std), noise)
+        env_a, a, logp = self.dist.sample(self.agent.dist_params(h_a, False), noise)
         return env_a, a, logp, value, ops.concat((h_a, c_a, h_c, c_c), 1)
 
 
@@ -145,39 +146,62 @@ class RecurrentPPOLoss(nn.Cell):
         feats_a, feats_c = self.unroll(x, episode_starts, state0)
         values = self.agent.critic(feats_c).squeeze(-1)
         flat_actions = actions.reshape((b * self.steps,) + actions.shape[2:])
-        log_prob, entropy = self.dist.log_prob_entropy((self.agent.actor(feats_a), None, self.agent.log_std),
-                                                       flat_actions)
+        log_prob, entropy = self.dist.log_prob_entropy(self.agent.dist_params(feats_a, False), flat_actions)
         return self.objective(values, log_prob, entropy, old_log_prob.reshape(-1), advantages.reshape(-1),
                               returns.reshape(-1), old_values.reshape(-1), clip_range, clip_range_vf)
 
 
+def sequence_length(cfg) -> int:
+    """The update's sequence length: ``algo.bptt_steps`` (a divisor of n_steps), n_steps when None."""
+    c = cfg.algo
+    if c.bptt_steps is None:
+        return c.n_steps
+    if c.n_steps % c.bptt_steps:
+        divisors = [d for d in range(1, c.n_steps + 1) if c.n_steps % d == 0]
+        shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+        raise ConfigError(f"key 'algo.bptt_steps' has value {c.bptt_steps}; the rollout's n_steps = {c.n_steps} "
+                          f"steps per env are cut into sequences of bptt_steps, so it must divide n_steps: one of "
+                          f"{shown}")
+    return c.bptt_steps
+
+
 def sequence_minibatch(cfg) -> int:
-    """Envs per minibatch (``batch_size / n_steps``), or a ConfigError naming the valid sizes."""
+    """Sequences per minibatch (``batch_size / bptt_steps``), or a ConfigError naming the valid sizes."""
     c, n_envs = cfg.algo, cfg.env.n_envs
-    if c.batch_size % c.n_steps or not 1 <= c.batch_size // c.n_steps <= n_envs:
-        valid = ", ".join(str(k * c.n_steps) for k in range(1, n_envs + 1))
-        raise ConfigError(f"key 'algo.batch_size' has value {c.batch_size}; a recurrent policy trains on whole "
-                          f"sequences of n_steps = {c.n_steps} steps per env, so batch_size must be n_steps times a "
-                          f"number of envs from 1 to env.n_envs = {n_envs}: one of {valid}")
-    return c.batch_size // c.n_steps
+    seq = sequence_length(cfg)
+    count = n_envs * (c.n_steps // seq)
+    if c.batch_size % seq or not 1 <= c.batch_size // seq <= count:
+        valid = ", ".join(str(k * seq) for k in range(1, min(count, 8) + 1)) + (", ..." if count > 8 else "")
+        what = (f"whole sequences of n_steps = {c.n_steps} steps per env" if seq == c.n_steps else
+                f"sequences of algo.bptt_steps = {seq} steps ({count} per rollout)")
+        raise ConfigError(f"key 'algo.batch_size' has value {c.batch_size}; a recurrent policy trains on {what}, "
+                          f"so batch_size must be {seq} times a number of sequences from 1 to {count}: one of {valid}")
+    return c.batch_size // seq
 
 
 class SequenceBuffer(RolloutBuffer):
     """The rollout buffer of a recurrent policy: also each step's episode_start flags and every
-    env's state at the start of the rollout; ``sequences`` gives the arrays env-major."""
+    env's state at the first step of each sequence (every ``seq_len`` steps: the rollout's start
+    when seq_len is n_steps); ``sequences`` gives the arrays sequence-major."""
 
     def __init__(self, n_steps: int, n_envs: int, obs_dim: int, act_shape: tuple, discrete: bool, obs_dtype,
-                 state_dim: int):
+                 state_dim: int, seq_len: int = 0):
         super().__init__(n_steps, n_envs, obs_dim, act_shape, discrete, obs_dtype)
+        self.seq_len = seq_len or n_steps
         self.episode_starts = np.zeros((n_steps, n_envs), np.float32)
-        self.state0 = np.zeros((n_envs, state_dim), np.float32)
+        self.state0 = np.zeros((n_steps // self.seq_len, n_envs, state_dim), np.float32)
 
     def sequences(self) -> dict:
-        """``by_step`` and the episode starts as (n_envs, n_steps, ...), the state at the start
-        (n_envs, state_dim)."""
+        """``by_step`` and the episode starts as (sequences, seq_len, ...), env-major (env 0's
+        sequences first, in time order), and each sequence's initial state (sequences, state_dim)."""
         arrays = dict(self.by_step(), episode_starts=self.episode_starts)
-        out = {k: np.ascontiguousarray(np.swapaxes(a, 0, 1)) for k, a in arrays.items()}
-        out["state0"] = self.state0.copy()
+        k, n_envs = self.state0.shape[0], self.state0.shape[1]
+
+        def cut(a):  # (k * L, n_envs, ...) -> (n_envs * k, L, ...)
+            a = a.reshape((k, self.seq_len, n_envs) + a.shape[2:])
+            return np.ascontiguousarray(np.moveaxis(a, 2, 0)).reshape((n_envs * k, self.seq_len) + a.shape[3:])
+        out = {key: cut(a) for key, a in arrays.items()}
+        out["state0"] = np.ascontiguousarray(np.swapaxes(self.state0, 0, 1)).reshape(n_envs * k, -1)
         return out
 
 
@@ -192,14 +216,17 @@ class Carry:
         self.next_state = self.state
 
     def begin(self, buf: SequenceBuffer) -> None:
-        buf.state0[:] = self.state
+        buf.state0[0] = self.state
 
     def inputs(self, obs: np.ndarray, noise: np.ndarray) -> tuple:
         return Tensor(obs), Tensor(self.state), Tensor(self.starts), Tensor(noise)
 
     def acted(self, buf: SequenceBuffer, t: int, next_state: np.ndarray) -> None:
-        """After the rollout call of step t: its flags into the buffer, the next state kept."""
+        """After the rollout call of step t: its flags into the buffer (and, where a sequence
+        starts, the state the step was given), the next state kept."""
         buf.episode_starts[t] = self.starts
+        if t % buf.seq_len == 0:
+            buf.state0[t // buf.seq_len] = self.state
         self.next_state = np.ascontiguousarray(next_state, np.float32)
 
     def final_values(self, value_fn, real_next: np.ndarray) -> np.ndarray:

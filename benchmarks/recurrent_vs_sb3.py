@@ -4,6 +4,11 @@
     pip install stable-baselines3 sb3-contrib "numpy<2"
     python benchmarks/recurrent_vs_sb3.py --seeds 0 1 2 3 4 --json runs/recurrent.json
     python benchmarks/recurrent_vs_sb3.py --modes msrl-lstm msrl-mlp --seeds 0 1
+    python benchmarks/recurrent_vs_sb3.py --task pendulum --seeds 0 1
+
+--task cartpole (default): CartPoleNoVel-v1; --task pendulum: PendulumNoVel-v1, the LSTM config
+configs/ppo/PendulumNoVel-v1-lstm.yaml and, for msrl-mlp, RL-Zoo's Pendulum-v1 gSDE recipe
+(configs/ppo/Pendulum-v1-gsde.yaml) on the masked task.
 
 Modes, each one training process per seed, --parallel of them at a time (default 2: one per
 core, the best use of this machine for either side), each timed from outside as a whole process
@@ -29,14 +34,22 @@ sys.path.insert(0, HERE)
 from population_vs_sb3 import msrl_cmd, run, summary_of  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
-LSTM = os.path.join(ROOT, "configs", "ppo", "CartPoleNoVel-v1-lstm.yaml")
-MLP = os.path.join(ROOT, "configs", "ppo", "CartPole-v1.yaml")
+TASKS = {  # the recurrent config, the MLP recipe and the masked task it runs on
+    "cartpole": ("CartPoleNoVel-v1-lstm.yaml", "CartPole-v1.yaml", "CartPoleNoVel-v1"),
+    "pendulum": ("PendulumNoVel-v1-lstm.yaml", "Pendulum-v1-gsde.yaml", "PendulumNoVel-v1"),
+}
 MODES = ("msrl-lstm", "msrl-mlp", "sb3c-lstm-1", "sb3c-lstm-default")
+
+
+def task_configs(task):
+    lstm, mlp, env_id = TASKS[task]
+    return os.path.join(ROOT, "configs", "ppo", lstm), os.path.join(ROOT, "configs", "ppo", mlp), env_id
 
 
 def msrl_one(args, work, mode, seed):
     run_dir = os.path.join(work, f"{mode}-seed{seed}")
-    config, extra = (LSTM, []) if mode == "msrl-lstm" else (MLP, ["--set", "env.id=CartPoleNoVel-v1"])
+    lstm, mlp, env_id = task_configs(args.task)
+    config, extra = (lstm, []) if mode == "msrl-lstm" else (mlp, ["--set", f"env.id={env_id}"])
     wall, _ = run(msrl_cmd() + ["train", config, "--seed", str(seed), "--run-dir", run_dir, "--quiet",
                                 "--total-timesteps", str(args.total_timesteps), "--set", "eval.freq=0",
                                 "--set", f"eval.episodes={args.eval_episodes}"] + extra, f"{mode} seed {seed}")
@@ -48,7 +61,7 @@ def msrl_one(args, work, mode, seed):
 def sb3_one(args, mode, seed):
     threads = 1 if mode == "sb3c-lstm-1" else 0
     cmd = [sys.executable, os.path.join(HERE, "ppo_vs_sb3.py"), "--worker", "sb3", "--threads", str(threads),
-           "--config", LSTM, "--seed", str(seed), "--total-timesteps", str(args.total_timesteps),
+           "--config", task_configs(args.task)[0], "--seed", str(seed), "--total-timesteps", str(args.total_timesteps),
            "--eval-episodes", str(args.eval_episodes)]
     wall, out = run(cmd, f"{mode} seed {seed}")
     res = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
@@ -66,6 +79,7 @@ def returns_text(runs, sep):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--task", choices=sorted(TASKS), default="cartpole")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--total-timesteps", type=int, default=100000)
     p.add_argument("--eval-episodes", type=int, default=10)
@@ -89,7 +103,7 @@ def main():
               f"{returns_text(r['runs'], ', ')} |")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"seeds": args.seeds, "total_timesteps": args.total_timesteps, "parallel": args.parallel,
+            json.dump({"task": args.task, "seeds": args.seeds, "total_timesteps": args.total_timesteps, "parallel": args.parallel,
                        "date": time.strftime("%Y-%m-%d %H:%M"), "results": results}, fh, indent=2)
 
 
