@@ -172,10 +172,14 @@ def sequence_minibatch(cfg) -> int:
     count = n_envs * (c.n_steps // seq)
     if c.batch_size % seq or not 1 <= c.batch_size // seq <= count:
         valid = ", ".join(str(k * seq) for k in range(1, min(count, 8) + 1)) + (", ..." if count > 8 else "")
-        what = (f"whole sequences of n_steps = {c.n_steps} steps per env" if seq == c.n_steps else
-                f"sequences of algo.bptt_steps = {seq} steps ({count} per rollout)")
-        raise ConfigError(f"key 'algo.batch_size' has value {c.batch_size}; a recurrent policy trains on {what}, "
-                          f"so batch_size must be {seq} times a number of sequences from 1 to {count}: one of {valid}")
+        if seq == c.n_steps:
+            what = (f"whole sequences of n_steps = {c.n_steps} steps per env, so batch_size must be n_steps times "
+                    f"a number of envs from 1 to env.n_envs = {n_envs}")
+        else:
+            what = (f"sequences of algo.bptt_steps = {seq} steps ({count} per rollout), so batch_size must be "
+                    f"bptt_steps times a number of sequences from 1 to {count}")
+        raise ConfigError(f"key 'algo.batch_size' has value {c.batch_size}; a recurrent policy trains on {what}: "
+                          f"one of {valid}")
     return c.batch_size // seq
 
 

@@ -36,14 +36,13 @@ class TraceRecorder:
         self.meta = {"format": TRACE_FORMAT, "manifest_sha256": manifest_sha256, "backend": backend,
                      "limit": int(limit), "state_size": int(state_size)}
         self.state_size = int(state_size)
-        self._state: List[tuple] = []  # a recurrent policy's (episode_starts, h, c) per call
         self.limit = int(limit)
         self.obs_dim = obs_dim
         self.obs_dtype = np.dtype(obs_dtype)
         self.discrete = discrete
-        self._obs: List[np.ndarray] = []
-        self._act: List[np.ndarray] = []
-        self._calls: List[int] = []
+        # one entry per recorded call, (obs, actions, state or None), appended at once: a signal
+        # that flushes the trace between two calls never sees a call half recorded
+        self._records: List[tuple] = []
         self._rewards: List[float] = []
         self._dones: List[bool] = []
         self.episodes: List[dict] = []
@@ -61,14 +60,13 @@ class TraceRecorder:
         if self.stored + n > self.limit:
             self.dropped += n
             return
-        if self.state_size:
-            self._state.append(tuple(np.array(a, np.float32, copy=True) for a in state))
+        st = tuple(np.array(a, np.float32, copy=True) for a in state) if self.state_size else None
         # uint8 image rows stay uint8 (a float32 copy is 4x the size and not what the model saw)
-        self._obs.append(np.array(obs, np.uint8 if np.asarray(obs).dtype == np.uint8 else np.float32, copy=True))
+        rows = np.array(obs, np.uint8 if np.asarray(obs).dtype == np.uint8 else np.float32, copy=True)
         # continuous and per-dimension discrete actions (MultiDiscrete / MultiBinary): (n, dims)
-        self._act.append(np.array(actions, copy=True).reshape(n, -1) if not self.discrete or np.ndim(actions) == 2
-                         else np.array(actions, copy=True).reshape(n))
-        self._calls.append(n)
+        act = (np.array(actions, copy=True).reshape(n, -1) if not self.discrete or np.ndim(actions) == 2
+               else np.array(actions, copy=True).reshape(n))
+        self._records.append((rows, act, st))
         self.stored += n
 
     def step_result(self, reward: float, done: bool) -> None:
@@ -81,20 +79,21 @@ class TraceRecorder:
         self.episodes.append({"seed": int(seed), "return": float(ret), "length": int(length)})
 
     def arrays(self) -> dict:
-        obs = np.concatenate(self._obs) if self._obs else np.zeros((0, self.obs_dim), self.obs_dtype)
-        if self._act:
-            act = np.concatenate(self._act)
+        records = list(self._records)
+        obs = np.concatenate([r[0] for r in records]) if records else np.zeros((0, self.obs_dim), self.obs_dtype)
+        if records:
+            act = np.concatenate([r[1] for r in records])
         else:
             act = np.zeros((0,), np.int32) if self.discrete else np.zeros((0, 0), np.float32)
-        out = {"obs": obs, "actions": act, "call_sizes": np.asarray(self._calls, np.int64)}
+        out = {"obs": obs, "actions": act, "call_sizes": np.asarray([len(r[0]) for r in records], np.int64)}
         if self.state_size:
             for i, key in enumerate(("episode_starts", "h", "c")):
                 shape = (0,) if i == 0 else (0, self.state_size)
-                out[key] = np.concatenate([s[i] for s in self._state]) if self._state else np.zeros(shape, np.float32)
+                out[key] = np.concatenate([r[2][i] for r in records]) if records else np.zeros(shape, np.float32)
         if self._rewards:
             out["rewards"] = np.asarray(self._rewards, np.float64)
             out["dones"] = np.asarray(self._dones, bool)
-        meta = dict(self.meta, stored=self.stored, dropped=self.dropped, episodes=self.episodes)
+        meta = dict(self.meta, stored=int(len(obs)), dropped=self.dropped, episodes=self.episodes)
         if self.extra_meta is not None:
             meta.update(self.extra_meta())
         out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)

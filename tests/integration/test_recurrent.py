@@ -186,6 +186,10 @@ def test_deployed_policy_carries_the_state_per_env(trained):
     (["algo.batch_size=20"], "batch_size must be n_steps times a number of envs from 1 to env.n_envs = 4: one of "
                              "8, 16, 24, 32"),
     (["policy.shared=true"], "policy.shared"),
+    (["algo.bptt_steps=3"], "key 'algo.bptt_steps' has value 3; the rollout's n_steps = 8 steps per env are cut into "
+                            "sequences of bptt_steps, so it must divide n_steps: one of 1, 2, 4, 8"),
+    (["algo.bptt_steps=4", "algo.batch_size=10"], "batch_size must be bptt_steps times a number of sequences from 1 "
+                                                  "to 8: one of 4, 8, 12, 16, 20, 24, 28, 32"),
 ])
 def test_recurrent_refusals_name_the_key(override, message):
     cfg = load_config(os.path.join(CONFIGS, CONFIG), SMALL + override)
