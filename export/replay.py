@@ -81,13 +81,13 @@ def _check_state_arrays(trace: dict, reference, trace_path: str) -> None:
     starts, calls, prev, pos = trace["episode_starts"], trace["call_sizes"], None, 0
     if not np.isin(starts, (0.0, 1.0)).all():
         raise ConfigError(f"{trace_path}: 'episode_starts' must hold 0 or 1")
-    for n in calls:
-        n = int(n)
-        if n != prev and not (starts[pos:pos + n] == 1.0).all():
-            raise ConfigError(f"{trace_path}: 'episode_starts' of the call at row {pos}: {n} envs after "
+    for size in calls:
+        size = int(size)
+        if size != prev and not (starts[pos:pos + size] == 1.0).all():
+            raise ConfigError(f"{trace_path}: 'episode_starts' of the call at row {pos}: {size} envs after "
                               f"{prev or 'none'}, so every env starts an episode there (flags 1), got "
-                              f"{starts[pos:pos + n].tolist()[:8]}")
-        prev, pos = n, pos + n
+                              f"{starts[pos:pos + size].tolist()[:8]}")
+        prev, pos = size, pos + size
 
 
 def _action_space_text(reference) -> str:

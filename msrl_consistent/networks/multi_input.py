@@ -15,8 +15,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from ..deploy.fields import _width
+from ..deploy.fields import _width, image_layout
 from ..deploy.spaces import SpaceSpec
+from .encoders import OneHot
 from .image import ImageEncoder
 
 
@@ -31,11 +32,10 @@ class MultiInputEncoder(nn.Cell):
     """Packed Dict rows -> per-key features concatenated in sorted key order: each image key's
     columns (one constant Gather) through its own ImageEncoder (cast, /255, optional grayscale
     and resize, CNN; weights from ``rng`` in sorted key order), each Box key's columns as they
-    are, each Discrete key's index one-hot (Equal against a constant, as encoders.OneHot)."""
+    are, each Discrete key's index one-hot (encoders.OneHot)."""
 
     def __init__(self, spec, rng, policy_cfg, conv_impl: str):
         super().__init__()
-        from ..deploy.fields import image_layout
         pc = policy_cfg
         cols, col = {}, 0
         for part in spec.obs_parts:
@@ -43,32 +43,27 @@ class MultiInputEncoder(nn.Cell):
             col += _width(part)
         self.keys = sorted(cols)
         self.idx = [Tensor(cols[k][1]) for k in self.keys]
-        self.kinds = [cols[k][0][1] for k in self.keys]
-        encoders, onehots, width = [], [], 0
+        encoders, width = [], 0
         for k in self.keys:
             _, kind, n, shape = cols[k][0]
-            enc = None
             if kind == "Image":
                 enc = ImageEncoder(rng, image_key_spec(shape, image_layout(shape)), pc.cnn, pc.grayscale, pc.resize,
                                    pc.ortho_init, conv_impl)
+                encoders.append(enc)
                 width += enc.out_dim
+            elif kind == "Discrete":
+                encoders.append(OneHot(n))
+                width += n
             else:
-                width += n if kind == "Discrete" else len(cols[k][1])
-            encoders.append(enc if enc is not None else nn.Identity())
-            onehots.append(Tensor(np.arange(max(n, 1), dtype=np.float32)) if kind == "Discrete" else Tensor(np.zeros(1, np.float32)))
+                encoders.append(nn.Identity())
+                width += len(cols[k][1])
         self.encoders = nn.CellList(encoders)
-        self.onehots = onehots
         self.out_dim = width
 
     def construct(self, x):
         feats = []
         for i in range(len(self.keys)):
-            v = ops.gather(x, self.idx[i], 1)
-            if self.kinds[i] == "Image":
-                v = self.encoders[i](v)
-            elif self.kinds[i] == "Discrete":
-                v = ops.cast(ops.equal(v, self.onehots[i]), ms.float32)
-            feats.append(v)
+            feats.append(self.encoders[i](ops.gather(x, self.idx[i], 1)))
         return ops.concat(feats, 1)
 
 
