@@ -1,5 +1,6 @@
 """Observation encoders: what turns the raw observation row into network input, inside the cell
-(one-hot for Discrete, per-key features for Dict, preprocessing + CNN for images)."""
+(one-hot for Discrete, per-key features for Dict, preprocessing + CNN for images, a CNN per image
+key beside the other keys for a Dict with images: several sensors)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -8,6 +9,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
+from ..deploy.fields import _width, image_layout
+from ..deploy.spaces import SpaceSpec
 from .image import ImageEncoder
 from .mlp import Chain
 
@@ -64,6 +67,52 @@ class DictEncoder(nn.Cell):
         return g * self.box + onehot * self.onehot_mask
 
 
+def image_key_spec(key_shape, layout: str) -> SpaceSpec:
+    """The SpaceSpec of one image key, as an Image observation of its own (for ImageEncoder)."""
+    size = int(np.prod(key_shape))
+    return SpaceSpec(tuple(key_shape), np.zeros(size, np.float32), np.full(size, 255.0, np.float32), True, 1,
+                     obs_kind="Image", image_layout=layout)
+
+
+class MultiInputEncoder(nn.Cell):
+    """Packed Dict rows -> per-key features concatenated in sorted key order: each image key's
+    columns (one constant Gather) through its own ImageEncoder (cast, /255, optional grayscale
+    and resize, CNN; weights from ``rng`` in sorted key order), each Box key's columns as they
+    are, each Discrete key's index one-hot (encoders.OneHot)."""
+
+    def __init__(self, spec, rng, policy_cfg, conv_impl: str):
+        super().__init__()
+        pc = policy_cfg
+        cols, col = {}, 0
+        for part in spec.obs_parts:
+            cols[part[0]] = (part, np.arange(col, col + _width(part), dtype=np.int32))
+            col += _width(part)
+        self.keys = sorted(cols)
+        self.idx = [Tensor(cols[k][1]) for k in self.keys]
+        encoders, width = [], 0
+        for k in self.keys:
+            _, kind, n, shape = cols[k][0]
+            if kind == "Image":
+                enc = ImageEncoder(rng, image_key_spec(shape, image_layout(shape)), pc.cnn, pc.grayscale, pc.resize,
+                                   pc.ortho_init, conv_impl)
+                encoders.append(enc)
+                width += enc.out_dim
+            elif kind == "Discrete":
+                encoders.append(OneHot(n))
+                width += n
+            else:
+                encoders.append(nn.Identity())
+                width += len(cols[k][1])
+        self.encoders = nn.CellList(encoders)
+        self.out_dim = width
+
+    def construct(self, x):
+        feats = []
+        for i in range(len(self.keys)):
+            feats.append(self.encoders[i](ops.gather(x, self.idx[i], 1)))
+        return ops.concat(feats, 1)
+
+
 def conv_impl_for(conv_impl: str, device: str) -> str:
     """policy.conv_impl resolved: 'auto' is 'matmul' on the CPU device (MindSpore's CPU Conv2D is
     many times slower) and 'conv2d' on Ascend and GPU (a real Conv2D node, what their units run)."""
@@ -85,7 +134,6 @@ def obs_encoder(spec, rng=None, policy_cfg=None, device: str = "CPU"):
     if spec.obs_kind == "Discrete":
         return OneHot(spec.obs_n), spec.obs_n
     if spec.obs_kind == "Dict" and spec.image_parts:  # several sensors: a CNN per image key
-        from .multi_input import MultiInputEncoder
         enc = MultiInputEncoder(spec, rng, policy_cfg, conv_impl_for(policy_cfg.conv_impl, device))
         return enc, enc.out_dim
     if spec.obs_kind == "Dict":

@@ -12,8 +12,9 @@ from msrl_consistent.deploy.fields import _dict_parts, _Fields
 from msrl_consistent.deploy.graph_io import graph_inputs, multi_input, obs_inputs, split_rows, zero_inputs
 from msrl_consistent.deploy.spaces import SpaceSpec
 from msrl_consistent.envs import flat_obs, space_spec
+from msrl_consistent.networks.encoders import MultiInputEncoder, image_key_spec
 from msrl_consistent.networks.image import ImageEncoder
-from msrl_consistent.networks.multi_input import MultiInputEncoder, PackedInputs, image_key_spec
+from msrl_consistent.networks.multi_input import PackedInputs
 
 # keys whose sorted order puts a vector key before the image: the row still holds the image first
 SENSORS = spaces.Dict({"a_pos": spaces.Box(-1.0, 1.0, (2,), np.float32), "b_idx": spaces.Discrete(3),
