@@ -45,12 +45,15 @@ from .population_cells import (
     stacked_pairs,
     supported_distribution,
 )
+from .population_jobs import run_groups
 from .ppo_update import STAT_NAMES, explained_variance, minibatch_indices
 from .run import RunContext, TrainingInterrupted
 
 
 class PPOPopulation:
     """K PPO members trained together (see the module docstring)."""
+
+    run_groups = staticmethod(run_groups)  # a population of J groups, one process each (``--jobs J``)
 
     @staticmethod
     def check(cfg) -> None:
@@ -63,8 +66,11 @@ class PPOPopulation:
             if bad:
                 raise ConfigError(f"--seeds: key '{key}' is not supported in a population yet (expected {expected})")
 
-    def __init__(self, members: List, run_dirs: List[str], run_dir: str):
-        self.members, self.run_dirs, self.run_dir = members, run_dirs, run_dir
+    def __init__(self, members: List, run_dirs: List[str], run_dir: str, whole: bool = True):
+        """``whole`` False: these members are one group of the population in ``run_dir``, trained in
+        a process of their own (msrl_consistent/population_jobs.py), whose parent holds the
+        population directory and writes its summary."""
+        self.members, self.run_dirs, self.run_dir, self.whole = members, run_dirs, run_dir, whole
         m0 = members[0]
         self.k = len(members)
         self.spec, self.c = m0.spec, m0.cfg.algo
@@ -136,7 +142,7 @@ class PPOPopulation:
         """Train every member to its total_timesteps; returns the population summary (summary.json)."""
         t0 = time.perf_counter()
         with ExitStack() as stack:
-            for d in [self.run_dir, *self.run_dirs]:
+            for d in [self.run_dir, *self.run_dirs] if self.whole else self.run_dirs:
                 stack.enter_context(runlock.hold(d))
             signals = stack.enter_context(StopOnSignals(self.request_stop))
             runs = [RunContext(m, d, progress=progress and k == 0) for k, (m, d) in
@@ -150,7 +156,9 @@ class PPOPopulation:
         summary = {"population": [os.path.basename(d) for d in self.run_dirs],
                    "seeds": [m.cfg.seed for m in self.members], "wall_time_s": round(time.perf_counter() - t0, 3),
                    "members": {os.path.basename(d): s for d, s in zip(self.run_dirs, summaries)}}
-        ckpt.atomic_write_text(os.path.join(self.run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
+        if self.whole:
+            ckpt.atomic_write_text(os.path.join(self.run_dir, "summary.json"),
+                                   json.dumps(summary, indent=2) + "\n")
         return summary
 
     def _loop(self, runs: List[RunContext], signals) -> None:

@@ -221,11 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--master-port", type=int, default=8118, help="msrun master port (with --workers)")
     t.add_argument("--seed", type=int, help="override the config's seed")
     t.add_argument("--seeds", metavar="SEEDS",
-                   help="train one member per seed (0-4, or 0,3,7) in one process, a population (PPO); RUN_DIR "
+                   help="train one member per seed (0-4, or 0,3,7) in one process (see --jobs), a population (PPO); RUN_DIR "
                         "then holds one run directory per member (docs/populations.md)")
     t.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
                    help="with --seeds: one member per value (a grid when repeated) of algo.learning_rate, clip_range, "
                         "ent_coef, vf_coef, gamma, gae_lambda or max_grad_norm")
+    t.add_argument("--jobs", type=int, default=1,
+                   help="with --seeds: train the members in this many processes, each a group of them with one "
+                        "kernel thread on its own core (2 uses both cores of a 2-core machine)")
     t.add_argument("--total-timesteps", type=str, help="override total_timesteps (1e5 accepted)")
     t.add_argument("--run-dir", help="run directory (default runs/<algo>-<env>-seed<seed>-<timestamp>)")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (dotted), repeatable")

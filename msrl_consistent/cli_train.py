@@ -22,6 +22,9 @@ def cmd_train(args) -> int:
         return _train_population(args)
     if getattr(args, "sweep", None):
         raise ConfigError("--sweep needs --seeds (the seeds of every setting, e.g. --seeds 0)")
+    if getattr(args, "jobs", 1) != 1:
+        raise ConfigError(f"--jobs {args.jobs} needs --seeds (it trains a population's members in that many "
+                          f"processes; one run is --workers N)")
     if not args.config:
         raise ConfigError("msrl train needs a CONFIG file or shipped config name (see `msrl configs`), "
                          "or --resume RUN_DIR")
@@ -71,7 +74,7 @@ def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool) -> int:
 
 
 def _train_population(args) -> int:
-    """``msrl train CONFIG --seeds 0-4``: the members in one process (populations.py)."""
+    """``msrl train CONFIG --seeds 0-4 [--jobs J]``: the members in one process, or in J (populations.py)."""
     from .populations import (
         default_population_dir,
         member_configs,
@@ -79,6 +82,7 @@ def _train_population(args) -> int:
         parse_seeds,
         parse_sweep,
         population_class,
+        split_groups,
         train_population,
     )
     from .training import resolve
@@ -95,12 +99,14 @@ def _train_population(args) -> int:
     population_class(cfg, seeds, args.workers)
     sweep = list(args.sweep or [])
     k = len(member_configs(cfg, member_settings(seeds, parse_sweep(sweep))))  # every member valid, before writing
+    split_groups(k, args.jobs)
     run_dir = args.run_dir or default_population_dir(cfg, seeds)
     grid = f", sweep {' '.join(sweep)}" if sweep else ""
-    what = (f"training {cfg.algorithm} on {cfg.env.id}, seeds {args.seeds}{grid} ({k} members in one process, "
+    where = "in one process" if args.jobs == 1 else f"in {args.jobs} processes"
+    what = (f"training {cfg.algorithm} on {cfg.env.id}, seeds {args.seeds}{grid} ({k} members {where}, "
             f"{cfg.total_timesteps} steps each)")
-    return _learn_population(lambda: train_population(cfg, seeds, run_dir, progress=not args.quiet, sweep=sweep),
-                             run_dir, args.quiet, what)
+    return _learn_population(lambda: train_population(cfg, seeds, run_dir, progress=not args.quiet, sweep=sweep,
+                                                      jobs=args.jobs), run_dir, args.quiet, what)
 
 
 def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
@@ -108,8 +114,12 @@ def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
 
     if not quiet:
         print(f"msrl: {message} -> {run_dir}")
+    from .populations import GroupFailed
     try:
         summary = learn()
+    except GroupFailed as exc:
+        print(f"msrl: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except TrainingInterrupted as exc:
         print(f"msrl: interrupted (signal {exc.signum}); every member checkpointed; continue with: "
               f"msrl train --resume {run_dir}", file=sys.stderr)
@@ -164,14 +174,23 @@ def _resume_locked(args, run_dir: str) -> int:
 
 
 def _resume_population(args, run_dir: str) -> int:
-    from .populations import population_summary_done, resume_population
+    from msrl_consistent.algorithms.population_jobs import run_groups
+
+    from .populations import population_groups, population_summary_done, resume_population
 
     if args.workers > 1:
-        raise ConfigError(f"--resume {run_dir} --workers {args.workers}: a population trains in one process")
+        raise ConfigError(f"--resume {run_dir} --workers {args.workers}: a population is not data-parallel")
+    if args.jobs != 1:
+        raise ConfigError(f"--resume {run_dir} --jobs {args.jobs}: a population resumes in the processes it was "
+                          f"started with (population.json's groups)")
     if population_summary_done(run_dir):
         if not args.quiet:
             print(f"msrl: {run_dir} already finished; nothing to do")
         return 0
+    groups = population_groups(run_dir)
+    if groups:
+        return _learn_population(lambda: run_groups(run_dir, resume=True, progress=not args.quiet), run_dir,
+                                 args.quiet, f"resuming population {run_dir} in {len(groups)} processes")
     population = resume_population(run_dir)
     m0 = population.members[0]
     return _learn_population(lambda: population.learn(progress=not args.quiet), run_dir, args.quiet,

@@ -110,15 +110,21 @@ def is_population(run_dir: str) -> bool:
     return os.path.isfile(os.path.join(run_dir, POPULATION_FILE))
 
 
-def population_members(run_dir: str) -> List[str]:
-    """The members' run directories of a population directory, in training order."""
+def read_population(run_dir: str) -> Dict[str, Any]:
+    """``population.json`` of a population directory (ConfigError when it cannot be read)."""
     path = os.path.join(run_dir, POPULATION_FILE)
     try:
         with open(path) as fh:
             info = json.load(fh)
-        return [os.path.join(run_dir, m["run_dir"]) for m in info["members"]]
+        [m["run_dir"] for m in info["members"]]
+        return info
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a readable population file ({exc})") from None
+
+
+def population_members(run_dir: str) -> List[str]:
+    """The members' run directories of a population directory, in training order."""
+    return [os.path.join(run_dir, m["run_dir"]) for m in read_population(run_dir)["members"]]
 
 
 def expand_populations(run_dirs: Sequence[str]) -> List[str]:
@@ -143,8 +149,8 @@ def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1):
     from . import registry
     check_seeds(seeds)
     if workers > 1:
-        raise ConfigError(f"--seeds with --workers {workers}: a population trains in one process; use one or "
-                          f"the other")
+        raise ConfigError(f"--seeds with --workers {workers}: a population is not data-parallel; use one or the "
+                          f"other (--jobs N trains its members in N processes)")
     cls = getattr(registry.get(cfg.algorithm), "population", None)
     if cls is None:
         raise ConfigError(f"--seeds: {cfg.algorithm} has no population training (ppo has); train one run per seed")
@@ -170,9 +176,12 @@ def member_configs(cfg: Config, settings: Sequence[Dict[str, Any]]) -> List[Conf
 
 
 def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] = None, progress: bool = False,
-                     sweep: Sequence[str] = ()) -> dict:
+                     sweep: Sequence[str] = (), jobs: int = 1) -> dict:
     """Train one member per seed of ``cfg`` (and per setting of the ``sweep`` grid, as
-    ``--sweep``) in one process into ``run_dir`` (new or empty); returns the population summary."""
+    ``--sweep``) into ``run_dir`` (new or empty): in one process, or with ``jobs`` > 1 in that
+    many processes of contiguous groups of members (the population class's ``run_groups``,
+    PPO's: algorithms/population_jobs.py); returns the population
+    summary."""
     from . import registry
     from .checkpoint import atomic_write_text
     from .runlock import new_run_dir
@@ -181,20 +190,22 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
     axes = parse_sweep(sweep)
     settings = member_settings(seeds, axes)
     configs = member_configs(cfg, settings)
+    groups = split_groups(len(settings), jobs)
     run_dir = run_dir or default_population_dir(cfg, seeds)
     created = not os.path.isdir(run_dir)
     with new_run_dir(run_dir):
         names = [member_name(s) for s in settings]
         info = {"algorithm": cfg.algorithm, "env": cfg.env.id, "sweep": {k: v for k, v in axes},
                 "members": [{"run_dir": name, **setting} for name, setting in zip(names, settings)]}
+        if jobs > 1:
+            info["groups"] = groups
         dirs = [os.path.join(run_dir, name) for name in names]
         for d, c in zip(dirs, configs):
             os.makedirs(d)
             atomic_write_text(os.path.join(d, "config.yaml"), dump_config(c))
         atomic_write_text(os.path.join(run_dir, POPULATION_FILE), json.dumps(info, indent=2) + "\n")
-        try:
-            population = cls([registry.get(c.algorithm)(c) for c in configs], dirs, run_dir)
-        except BaseException:
+
+        def remove_untrained() -> None:
             # nothing was trained (say, the environment's package is missing): leave no directory
             # behind, so the same command works once the cause is fixed
             for d in dirs:
@@ -202,8 +213,55 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
             os.remove(os.path.join(run_dir, POPULATION_FILE))
             if created:
                 shutil.rmtree(run_dir, ignore_errors=True)
+
+        if jobs > 1:
+            try:
+                return cls.run_groups(run_dir, resume=False, progress=progress)
+            except GroupFailed:
+                if not any(os.listdir(os.path.join(d, "checkpoints")) for d in dirs
+                           if os.path.isdir(os.path.join(d, "checkpoints"))):
+                    remove_untrained()
+                raise
+        try:
+            population = cls([registry.get(c.algorithm)(c) for c in configs], dirs, run_dir)
+        except BaseException:
+            remove_untrained()
             raise
         return population.learn(progress)
+
+
+class GroupFailed(RuntimeError):
+    """A group's process ended with an error (its own message is on stderr above)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def split_groups(k: int, jobs: int) -> List[List[int]]:
+    """Member indices 0..k-1 in ``jobs`` contiguous groups, sizes as even as possible, larger first."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: expected a positive number of processes")
+    if jobs > k:
+        raise ConfigError(f"--jobs {jobs}: the population has {k} member(s); expected at most {k} processes")
+    size, extra = divmod(k, jobs)
+    out, start = [], 0
+    for j in range(jobs):
+        n = size + (1 if j < extra else 0)
+        out.append(list(range(start, start + n)))
+        start += n
+    return out
+
+
+def population_groups(run_dir: str) -> List[List[int]]:
+    """The groups recorded in ``population.json`` ([] for a population trained in one process)."""
+    groups = read_population(run_dir).get("groups") or []
+    return [[int(i) for i in g] for g in groups]
+
+
+def group_finished(run_dir: str, group: Sequence[int]) -> bool:
+    dirs = population_members(run_dir)
+    return all(os.path.isfile(os.path.join(dirs[i], "summary.json")) for i in group)
 
 
 def population_summary_done(run_dir: str) -> bool:
@@ -216,6 +274,10 @@ def resume_population(run_dir: str):
     share its step); ``.learn()`` trains it on."""
     from . import registry
     dirs = population_members(run_dir)
+    groups = read_population(run_dir).get("groups")
+    if groups:
+        raise ConfigError(f"{run_dir} was trained in {len(groups)} processes (population.json's groups); resume it "
+                          f"with: msrl train --resume {run_dir}")
     members = []
     for d in dirs:
         if not os.path.isfile(os.path.join(d, "config.yaml")):

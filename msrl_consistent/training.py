@@ -37,7 +37,7 @@ def resolve(config: Union[str, Config], seed: Optional[int] = None, total_timest
 
 def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Optional[int] = None,
           seeds: Optional[Sequence[int]] = None, sweep: Sequence[str] = (), total_timesteps: Optional[int] = None,
-          overrides: Sequence[str] = (), progress: bool = False) -> dict:
+          overrides: Sequence[str] = (), progress: bool = False, jobs: int = 1) -> dict:
     """Train ``config`` (a shipped config name such as ``"ppo/CartPole-v1"``, a YAML path, or a
     :class:`~msrl_consistent.config.Config`) into ``run_dir`` (default
     ``runs/<algo>-<env>-seed<seed>-<timestamp>``; it must be empty or new) and return the run's
@@ -50,16 +50,17 @@ def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Op
     ``seeds`` (PPO) trains one member per seed in one process (a population,
     docs/populations.md), and with ``sweep`` (``["algo.learning_rate=1e-3,3e-4", ...]``, as
     ``--sweep``) one per seed and setting of the grid: ``run_dir`` then holds ``population.json``
-    and one run directory per member (``seed<S>/``), and the population summary is returned."""
+    and one run directory per member (``seed<S>/``), and the population summary is returned.
+    ``jobs`` > 1 trains the members in that many processes (groups of members, as ``--jobs``)."""
     from . import registry, runlock
     from .checkpoint import atomic_write_text
 
     cfg = resolve(config, seed, total_timesteps, overrides)
     if seeds is not None:
         from .populations import train_population
-        return train_population(cfg, list(seeds), run_dir, progress, sweep=sweep)
-    if sweep:
-        raise ConfigError("sweep needs seeds (the seeds of every setting, e.g. seeds=[0])")
+        return train_population(cfg, list(seeds), run_dir, progress, sweep=sweep, jobs=jobs)
+    if sweep or jobs != 1:
+        raise ConfigError("sweep and jobs need seeds (the seeds of every setting, e.g. seeds=[0])")
     run_dir = run_dir or default_run_dir(cfg)
     with runlock.new_run_dir(run_dir):
         atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))

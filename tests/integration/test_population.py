@@ -2,6 +2,10 @@
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -167,7 +171,7 @@ def test_sweep_trains_one_member_per_setting(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["ppo/CartPole-v1", "--seeds", "0-x"], "--seeds 0-x: expected seeds as 0-4 or 0,1,2"),
     (["ppo/CartPole-v1", "--seeds", "1,1"], "expected distinct seeds"),
-    (["ppo/CartPole-v1", "--seeds", "0-1", "--workers", "2"], "a population trains in one process"),
+    (["ppo/CartPole-v1", "--seeds", "0-1", "--workers", "2"], "a population is not data-parallel"),
     (["ppo/CartPole-v1", "--seeds", "0-1", "--seed", "3"], "--seeds and --seed"),
     (["sac/Pendulum-v1", "--seeds", "0-1"], "sac has no population training"),
     (["ppo/CartPole-v1", "--seeds", "0-1", "--set", "algo.target_kl=0.01"], "key 'algo.target_kl'"),
@@ -176,6 +180,9 @@ def test_sweep_trains_one_member_per_setting(tmp_path):
     (["ppo/CartPole-v1", "--seeds", "0", "--sweep", "learning_rate=-1,1e-3"],
      "member learning_rate=-1-seed0:|key 'algo.learning_rate' has value -1"),
     (["ppo/CartPole-v1", "--sweep", "learning_rate=1e-3,3e-4"], "--sweep needs --seeds"),
+    (["ppo/CartPole-v1", "--jobs", "2"], "--jobs 2 needs --seeds"),
+    (["ppo/CartPole-v1", "--seeds", "0-1", "--jobs", "3"], "--jobs 3: the population has 2 member(s); expected at most 2"),
+    (["ppo/CartPole-v1", "--seeds", "0-1", "--jobs", "0"], "--jobs 0: expected a positive number"),
 ])
 def test_population_refusals_name_the_problem(tmp_path, args, message):
     run_dir = tmp_path / "pop"
@@ -183,3 +190,70 @@ def test_population_refusals_name_the_problem(tmp_path, args, message):
     assert r.returncode == 2, r.stdout + r.stderr
     assert all(part in r.stderr for part in message.split("|")) and "Traceback" not in r.stderr, r.stderr
     assert not run_dir.exists()
+
+
+ONE_THREAD_POPULATION = """
+import sys
+import mindspore as ms
+ms.set_context(runtime_num_threads=1)
+from msrl_consistent.config import load_config
+from msrl_consistent.populations import train_population
+cfg = load_config(sys.argv[1], sys.argv[4:])
+train_population(cfg, [int(s) for s in sys.argv[2].split(",")], sys.argv[3])
+"""
+
+
+@pytest.mark.slow
+def test_jobs_trains_groups_in_processes_interrupts_and_resumes(tmp_path):
+    """--jobs 2: the members in two processes (groups [0, 1] and [2]), the first group's members
+    bit-identical to a population of just them trained with one kernel thread; SIGTERM to the command stops both
+    groups at a checkpoint (exit 143), and two resumes of that state end bit-identical."""
+    sets = [s for s in SMALL["CartPole-v1"] if not s.startswith("total_timesteps")]
+    flags = sum((["--set", s] for s in sets), [])
+    run_dir = tmp_path / "jobs"
+    r = msrl("train", "ppo/CartPole-v1", "--seeds", "0-2", "--jobs", "2", "--total-timesteps", "512",
+             "--run-dir", run_dir, *flags)
+    assert r.returncode == 0, r.stderr
+    assert "3 members in 2 processes" in r.stdout and "seed2: eval mean return" in r.stdout, r.stdout
+    summary = json.load(open(run_dir / "summary.json"))
+    assert summary["groups"] == [[0, 1], [2]] and sorted(summary["members"]) == ["seed0", "seed1", "seed2"]
+    cfg_path = os.path.join(CONFIGS, "ppo", "CartPole-v1.yaml")
+    alone = str(tmp_path / "alone")
+    subprocess.run([sys.executable, "-c", ONE_THREAD_POPULATION, cfg_path, "0,1", alone, "total_timesteps=512",
+                    *sets], check=True, env=dict(os.environ, GLOG_v="3"))
+    assert _hashes(alone, [0, 1]) == _hashes(str(run_dir), [0, 1])
+    with pytest.raises(Exception, match="trained in 2 processes"):
+        resume_population(str(run_dir))
+
+    stopped = tmp_path / "stopped"
+    cmd = [sys.executable, "-m", "msrl_consistent", "train", "ppo/CartPole-v1", "--seeds", "0-2", "--jobs", "2",
+           "--total-timesteps", "4000", "--run-dir", str(stopped), "--quiet", *flags]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, GLOG_v="3"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.time() + 180
+        metrics = [stopped / f"seed{s}" / "metrics.jsonl" for s in range(3)]
+        while time.time() < deadline and not all(m.exists() and m.read_text().count("\n") >= 3 for m in metrics):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert f"msrl train --resume {stopped}" in err, err
+    steps = {}
+    for s in range(3):
+        events = [json.loads(line) for line in open(metrics[s]) if '"event"' in line]
+        assert events[-1]["event"] == "interrupted", events
+        steps[s] = int(os.path.basename(events[-1]["checkpoint"]).split("-")[1].split(".")[0])
+    assert steps[0] == steps[1] and 0 < min(steps.values()) and max(steps.values()) < 4000, steps
+    assert not (stopped / "summary.json").exists()
+    copy = tmp_path / "copy"
+    shutil.copytree(stopped, copy)
+    for d in (stopped, copy):
+        r = msrl("train", "--resume", d, "--quiet")
+        assert r.returncode == 0, r.stderr
+    assert _hashes(str(stopped), [0, 1, 2]) == _hashes(str(copy), [0, 1, 2])
+    r = msrl("train", "--resume", stopped)
+    assert r.returncode == 0 and "already finished" in r.stdout, r.stdout + r.stderr
