@@ -154,7 +154,7 @@ def group_main(argv: Sequence[str]) -> int:
         configs = [load_config(os.path.join(d, "config.yaml")) for d in dirs]
         members = [registry.get(c.algorithm).resume(d) if args.resume else registry.get(c.algorithm)(c)
                    for c, d in zip(configs, dirs)]
-        cls = population_class(configs[0], [c.seed for c in configs])
+        cls = population_class(configs[0], sorted({c.seed for c in configs}))  # a sweep repeats its seeds
         cls(members, dirs, args.run_dir, whole=False).learn(args.progress)
     except TrainingInterrupted as exc:
         return exc.exit_code

@@ -14,7 +14,6 @@ the ALE's 108,000-frame episode limit); the final checkpoint is written as usual
 import argparse
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -82,6 +81,10 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE (as msrl train --set)")
     ap.add_argument("--final-eval", action="store_true", help="run the final evaluation (eval.episodes=1)")
     ap.add_argument("--run-dir")
+    ap.add_argument("--compile-first", action="store_true",
+                    help="diagnostic: Cell.compile the update-phase graph before its first call (compile vs run)")
+    ap.add_argument("--value-via-rollout", action="store_true",
+                    help="diagnostic: values_of reads the acting graph's value output (no float32-input value graph)")
     a = ap.parse_args()
 
     SAMPLER.start()
@@ -91,15 +94,15 @@ def main():
     import mindspore as ms
     mark("import mindspore", f"MindSpore {ms.__version__}")
     import msrl_consistent
-    from msrl_consistent import fastcall, registry
-    from msrl_consistent.training import resolve
     import msrl_consistent.algorithms.on_policy as on_policy
     import msrl_consistent.algorithms.ppo as ppo_mod
     import msrl_consistent.algorithms.run as run_mod
+    from msrl_consistent import fastcall, registry
+    from msrl_consistent.training import resolve
     mark("import msrl_consistent + algorithms")
     import ale_py  # noqa: F401
-    import gymnasium  # noqa: F401
     import cv2  # noqa: F401
+    import gymnasium  # noqa: F401
     mark("import gymnasium + ale_py + cv2")
 
     cfg = resolve(CONFIG, None, a.total_timesteps, ["eval.freq=0", "eval.episodes=1"] + list(a.set))
@@ -139,6 +142,9 @@ def main():
             info.setdefault("phase_input_bytes", in_bytes)
             mark(f"update {k}: inputs as Tensors, before the phase graph call",
                  f"{len(args)} input Tensors, {in_bytes / MIB:.1f} MiB")
+        if kind == "PPOUpdatePhase" and n == 0 and a.compile_first:
+            cell.compile(*args)
+            mark("update 1: phase graph compiled (Cell.compile), not run")
         out = orig_call(self, *args)
         if n == 0 and kind == "PackedRollout":
             mark("first acting graph call (compile + run)", f"input {tuple(args[0].shape)} {args[0].dtype}")
@@ -169,6 +175,10 @@ def main():
         mark(f"update {k} done", f"{self.n_updates} optimizer steps so far")
         return stats
     ppo_mod.PPO.train = train
+
+    if a.value_via_rollout:
+        values_via_rollout(on_policy)
+    info["diagnostics"] = {"compile_first": a.compile_first, "value_via_rollout": a.value_via_rollout}
 
     orig_eval = run_mod.RunContext.evaluate
 
@@ -204,6 +214,19 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"stages": STAGES, "info": info}, f, indent=2)
+
+
+def values_via_rollout(on_policy):
+    """Diagnostic: values_of reads the acting graph's value output (no float32-input value graph)."""
+    import numpy as np
+    from mindspore import Tensor
+
+    def values_of(self, obs):
+        obs = np.asarray(obs, self.spec.input_dtype)
+        noise = self.distribution.noise(np.random.default_rng(0), obs.shape[0])  # the run's Generator untouched
+        packed = self._rollout_fn(Tensor(obs), Tensor(noise)).asnumpy()
+        return on_policy.unpack_rollout(packed, self.spec.action_shape, self.spec.discrete)[3]
+    on_policy.OnPolicyAlgorithm.values_of = values_of
 
 
 def report(info):

@@ -284,5 +284,5 @@ def resume_population(run_dir: str):
             raise ConfigError(f"{run_dir}: member {d} has no config.yaml")
         cfg = load_config(os.path.join(d, "config.yaml"))
         members.append(registry.get(cfg.algorithm).resume(d))
-    cls = population_class(members[0].cfg, [m.cfg.seed for m in members])
+    cls = population_class(members[0].cfg, sorted({m.cfg.seed for m in members}))  # a sweep repeats its seeds
     return cls(members, dirs, run_dir)

@@ -166,6 +166,7 @@ def test_sweep_trains_one_member_per_setting(tmp_path):
         with open(run_dir / m["run_dir"] / "summary.json") as fh:
             hashes.add(json.load(fh)["params_sha256"])
     assert len(hashes) == 4
+    assert len(resume_population(str(run_dir)).members) == 4  # the members (one seed, four settings) stack again
 
 
 @pytest.mark.parametrize("args, message", [
