@@ -66,6 +66,21 @@ def hide_modules(tmp_root, *names):
     return env
 
 
+def interrupt_when(proc, ready, signum, wait_s=180, timeout=300):
+    """Send ``signum`` to the process ``proc`` once ``ready()`` holds (or after ``wait_s``), then
+    wait for it to exit; returns its (stdout, stderr). The process is killed if it outlives this."""
+    import time
+    try:
+        deadline = time.time() + wait_s
+        while time.time() < deadline and not ready():
+            time.sleep(0.2)
+        proc.send_signal(signum)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def msrl(*args, cwd=None, env=None, timeout=600):
     """``python -m msrl_consistent ARGS`` in a subprocess (the installed command as a user runs it)."""
     import subprocess

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import CONFIGS, copy_run_at_checkpoint, train_run
+from helpers import CONFIGS, copy_run_at_checkpoint, interrupt_when, train_run
 
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.algorithms import PPO
@@ -104,16 +104,9 @@ def test_sigint_writes_checkpoint_exit_130_then_resume(tmp_path):
            "--run-dir", str(run), "--total-timesteps", "6000", "--quiet"] + [f"--set={s}" for s in SHORT]
     env = dict(os.environ, GLOG_v="3")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 120
-        metrics = run / "metrics.jsonl"
-        while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    metrics = run / "metrics.jsonl"
+    _, err = interrupt_when(proc, lambda: metrics.exists() and metrics.read_text().count("\n") >= 2, signal.SIGINT,
+                            wait_s=120, timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "msrl train --resume" in err
     events = [json.loads(line) for line in open(run / "metrics.jsonl") if '"event"' in line]
