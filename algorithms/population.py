@@ -68,7 +68,7 @@ class PPOPopulation:
 
     def __init__(self, members: List, run_dirs: List[str], run_dir: str, whole: bool = True):
         """``whole`` False: these members are one group of the population in ``run_dir``, trained in
-        a process of their own (msrl_consistent/population_jobs.py), whose parent holds the
+        a process of their own (population_jobs.py), whose parent holds the
         population directory and writes its summary."""
         self.members, self.run_dirs, self.run_dir, self.whole = members, run_dirs, run_dir, whole
         m0 = members[0]

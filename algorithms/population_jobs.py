@@ -90,7 +90,8 @@ def run_groups(run_dir: str, resume: bool, progress: bool = False) -> dict:
                 signals.reinstall()
     if "failed" in stopping:
         i = stopping["failed"]
-        names = ", ".join(os.path.basename(population_members(run_dir)[m]) for m in groups[todo[i]])
+        dirs = population_members(run_dir)
+        names = ", ".join(os.path.basename(dirs[m]) for m in groups[todo[i]])
         raise GroupFailed(f"{run_dir}: group {todo[i]} ({names}) exited with code {codes[i]} (its message is "
                           f"above); the other groups were stopped and checkpointed; once the cause is fixed: "
                           f"msrl train --resume {run_dir}", codes[i] if codes[i] > 0 else 1)
@@ -150,7 +151,8 @@ def group_main(argv: Sequence[str]) -> int:
     from msrl_consistent.checkpoint import CheckpointError
     from msrl_consistent.config import load_config
     try:
-        dirs = [population_members(args.run_dir)[i] for i in groups[args.group]]
+        every = population_members(args.run_dir)
+        dirs = [every[i] for i in groups[args.group]]
         configs = [load_config(os.path.join(d, "config.yaml")) for d in dirs]
         members = [registry.get(c.algorithm).resume(d) if args.resume else registry.get(c.algorithm)(c)
                    for c, d in zip(configs, dirs)]
