@@ -14,8 +14,6 @@ is msrl_consistent/populations.py's.
 """
 from __future__ import annotations
 
-import json
-import os
 import time
 from contextlib import ExitStack
 from typing import Dict, List
@@ -30,6 +28,7 @@ from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.config import ConfigError
 from msrl_consistent.envs import flat_obs, make_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
+from msrl_consistent.populations import SWEEPABLE, population_summary
 from msrl_consistent.signals import StopOnSignals
 
 from .algorithm import schedule_value
@@ -41,19 +40,21 @@ from .population_cells import (
     StackedPPOLoss,
     StackedPPOPhase,
     StackedPPOStep,
-    stacked_optimizer,
     stacked_pairs,
     supported_distribution,
 )
 from .population_jobs import run_groups
 from .ppo_update import STAT_NAMES, explained_variance, minibatch_indices
 from .run import RunContext, TrainingInterrupted
+from .stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
 
 
 class PPOPopulation:
     """K PPO members trained together (see the module docstring)."""
 
     run_groups = staticmethod(run_groups)  # a population of J groups, one process each (``--jobs J``)
+    sweepable = SWEEPABLE
+    """The keys ``--sweep`` takes (msrl_consistent.populations.SWEEPABLE)."""
 
     @staticmethod
     def check(cfg) -> None:
@@ -87,7 +88,7 @@ class PPOPopulation:
         coef = lambda key: np.array([float(getattr(m.cfg.algo, key)) for m in members])  # noqa: E731
         self.per_member_rate = len(set(coef("learning_rate"))) > 1
         self.optimizer = stacked_optimizer(self.pairs, coef("learning_rate"), self.c.adam_eps)
-        self._load_optimizer_state()
+        load_stacked_state(self.optimizer, [m.optimizer for m in members], self.pairs, self.per_member_rate)
         n = m0.cfg.env.n_envs  # GAE's gamma and lambda per buffer column (member k: columns k*n..)
         self.gammas, self.lambdas = np.repeat(coef("gamma"), n), np.repeat(coef("gae_lambda"), n)
         loss = StackedPPOLoss(self.stacked, self.c, coef("ent_coef"), coef("vf_coef"))
@@ -99,40 +100,9 @@ class PPOPopulation:
         self._rollout_fn = FastCall(PopulationRollout(agents, self.stacked, m0.distribution))
         self._value_fn = FastCall(PopulationValue(agents, self.stacked))
         for k, m in enumerate(members):  # a checkpoint of a member holds its optimizer's current state
-            m.before_state = (lambda k=k: self._store_optimizer_state(k))
+            m.before_state = (lambda k=k, m=m: store_member_state(self.optimizer, m.optimizer, self.pairs, k,
+                                                                  self.per_member_rate))
         self.stop_requested = None
-
-    # -- optimizer state: the stacked Adam's, copied into each member's own Adam ---------------------
-    def _member_slots(self, k: int):
-        """(stacked index, member k's optimizer index) of each trainable Parameter."""
-        opt = self.members[k].optimizer
-        index = {id(p): i for i, p in enumerate(opt.parameters)}
-        if len(index) != len(self.pairs):
-            raise RuntimeError("a member's optimizer holds other Parameters than the population's")
-        return [(j, index[id(params[k])]) for j, (_, params) in enumerate(self.pairs)]
-
-    def _store_optimizer_state(self, k: int) -> None:
-        opt, src = self.members[k].optimizer, self.optimizer
-        for j, i in self._member_slots(k):
-            opt.moment1[i].copy_(Tensor(src.moment1[j].asnumpy()[k]))
-            opt.moment2[i].copy_(Tensor(src.moment2[j].asnumpy()[k]))
-        for name in ("beta1_power", "beta2_power", "global_step"):
-            getattr(opt, name).copy_(Tensor(getattr(src, name).asnumpy()))
-        rate = src.learning_rate.asnumpy()
-        opt.learning_rate.copy_(Tensor(rate[k] if self.per_member_rate else rate))
-
-    def _load_optimizer_state(self) -> None:
-        src = self.members[0].optimizer
-        slots = [dict(self._member_slots(k)) for k in range(self.k)]
-        for j in range(len(self.pairs)):
-            for name in ("moment1", "moment2"):
-                rows = [getattr(m.optimizer, name)[slots[k][j]].asnumpy() for k, m in enumerate(self.members)]
-                getattr(self.optimizer, name)[j].set_data(Tensor(np.stack(rows)))
-        for name in ("beta1_power", "beta2_power", "global_step"):
-            getattr(self.optimizer, name).set_data(Tensor(getattr(src, name).asnumpy()))
-        rates = [m.optimizer.learning_rate.asnumpy() for m in self.members]
-        self.optimizer.learning_rate.set_data(Tensor(np.concatenate([r.reshape(-1) for r in rates]) if
-                                                     self.per_member_rate else rates[0]))
 
     # -- training ---------------------------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
@@ -153,13 +123,8 @@ class PPOPopulation:
             finally:
                 for run in runs:
                     run.close()
-        summary = {"population": [os.path.basename(d) for d in self.run_dirs],
-                   "seeds": [m.cfg.seed for m in self.members], "wall_time_s": round(time.perf_counter() - t0, 3),
-                   "members": {os.path.basename(d): s for d, s in zip(self.run_dirs, summaries)}}
-        if self.whole:
-            ckpt.atomic_write_text(os.path.join(self.run_dir, "summary.json"),
-                                   json.dumps(summary, indent=2) + "\n")
-        return summary
+        return population_summary(self.run_dir, self.run_dirs, [m.cfg.seed for m in self.members], summaries,
+                                  time.perf_counter() - t0, write=self.whole)
 
     def _loop(self, runs: List[RunContext], signals) -> None:
         members, m0, spec, k = self.members, self.members[0], self.spec, self.k

@@ -26,7 +26,6 @@ from msrl_consistent.distributions import (
     gaussian_entropy,
     gaussian_log_prob,
 )
-from msrl_consistent.optim import Adam
 
 
 def stack_parameter(params: Sequence[Parameter], name: str) -> Parameter:
@@ -58,7 +57,7 @@ class StackedMLP(nn.Cell):
 
     def __init__(self, members: Sequence[nn.Cell], prefix: str):
         super().__init__()
-        layers = [list(m.layers) for m in members]
+        layers = [list(m.layers) if hasattr(m, "layers") else [m] for m in members]  # an MLP, or one Dense
         self.kinds: List[bool] = []  # True: a Dense layer, False: an activation
         weights, biases, acts = [], [], []
         for i, layer in enumerate(layers[0]):
@@ -324,40 +323,3 @@ def stacked_pairs(stacked: StackedAgent, agents):
     if not stacked.discrete:
         out.append((stacked.log_std, [a.log_std for a in agents]))
     return out
-
-
-class MemberRateAdam(nn.Cell):
-    """msrl's Adam with one learning rate per member (a learning-rate sweep): the fused Adam
-    kernel steps zeroed scratch copies with learning rate 1 (its moments and bias corrections are
-    the usual ones: they do not read the parameter), then ``p += lr_k * scratch`` and the
-    scratch is zeroed again: three kernels per Parameter more than one shared rate."""
-
-    def __init__(self, params, learning_rates: np.ndarray, eps: float):
-        super().__init__()
-        self.parameters = ParameterTuple(params)
-        self.scratch = ParameterTuple([Parameter(Tensor(np.zeros(p.shape, np.float32)), name=f"scratch.{p.name}")
-                                       for p in params])
-        self.inner = Adam(list(self.scratch), learning_rate=1.0, eps=eps)
-        self.moment1, self.moment2 = self.inner.moment1, self.inner.moment2
-        self.beta1_power, self.beta2_power = self.inner.beta1_power, self.inner.beta2_power
-        self.global_step = self.inner.global_step
-        self.learning_rate = Parameter(Tensor(learning_rates.astype(np.float32)), name="member_learning_rate")
-        self.k = int(learning_rates.shape[0])
-
-    def construct(self, gradients):
-        done = self.inner(gradients)
-        for i in range(len(self.parameters)):
-            u = ops.depend(self.scratch[i], done)
-            rate = self.learning_rate.reshape((self.k,) + (1,) * (u.ndim - 1))
-            ops.assign_add(self.parameters[i], rate * u)
-            ops.assign(self.scratch[i], ops.zeros_like(u))
-        return done
-
-
-def stacked_optimizer(pairs, learning_rates: np.ndarray, eps: float):
-    """The update phase's optimizer over the stacked Parameters (in the order of ``pairs``):
-    msrl's Adam when the members share their learning rate, else MemberRateAdam."""
-    params = [s for s, _ in pairs]
-    if np.all(learning_rates == learning_rates[0]):
-        return Adam(params, learning_rate=float(learning_rates[0]), eps=eps)
-    return MemberRateAdam(params, learning_rates, eps)

@@ -30,7 +30,14 @@ from typing import Dict, List, Sequence
 
 from msrl_consistent.algorithms.run import NonFiniteError, TrainingInterrupted
 from msrl_consistent.config import ConfigError
-from msrl_consistent.populations import GroupFailed, group_finished, population_class, population_groups, population_members
+from msrl_consistent.populations import (
+    GroupFailed,
+    group_finished,
+    population_class,
+    population_groups,
+    population_members,
+    population_summary,
+)
 
 GROUP_THREADS = 1
 """MindSpore kernel threads per group process: J single-threaded processes on J cores."""
@@ -53,7 +60,6 @@ def run_groups(run_dir: str, resume: bool, progress: bool = False) -> dict:
     (written to summary.json). TrainingInterrupted when a signal stopped them (every member
     checkpointed), GroupFailed when a group ended with an error (the others are stopped)."""
     from msrl_consistent import runlock
-    from msrl_consistent.checkpoint import atomic_write_text
     from msrl_consistent.signals import StopOnSignals
 
     t0 = time.perf_counter()
@@ -92,27 +98,20 @@ def run_groups(run_dir: str, resume: bool, progress: bool = False) -> dict:
         i = stopping["failed"]
         dirs = population_members(run_dir)
         names = ", ".join(os.path.basename(dirs[m]) for m in groups[todo[i]])
+        others = "; the other groups were stopped and checkpointed" if len(todo) > 1 else ""
         raise GroupFailed(f"{run_dir}: group {todo[i]} ({names}) exited with code {codes[i]} (its message is "
-                          f"above); the other groups were stopped and checkpointed; once the cause is fixed: "
-                          f"msrl train --resume {run_dir}", codes[i] if codes[i] > 0 else 1)
+                          f"above){others}; once the cause is fixed: msrl train --resume {run_dir}",
+                          codes[i] if codes[i] > 0 else 1)
     if any(c != 0 for c in codes):
         raise TrainingInterrupted(stopping.get("signal") or next(c for c in codes if c) - 128, run_dir)
-    summary = collect_summary(run_dir, time.perf_counter() - t0)
-    atomic_write_text(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
-    return summary
-
-
-def collect_summary(run_dir: str, wall: float) -> dict:
-    """The population's summary from its members' own summary.json files."""
     from msrl_consistent.config import load_config
     dirs = population_members(run_dir)
-    members = {}
-    for d in dirs:
+    summaries = []
+    for d in dirs:  # the members' own summary.json files
         with open(os.path.join(d, "summary.json")) as fh:
-            members[os.path.basename(d)] = json.load(fh)
-    seeds = [load_config(os.path.join(d, "config.yaml")).seed for d in dirs]
-    return {"population": [os.path.basename(d) for d in dirs], "seeds": seeds, "wall_time_s": round(wall, 3),
-            "groups": population_groups(run_dir), "members": members}
+            summaries.append(json.load(fh))
+    return population_summary(run_dir, dirs, [load_config(os.path.join(d, "config.yaml")).seed for d in dirs],
+                              summaries, time.perf_counter() - t0, groups=groups)
 
 
 GROUP_PROCESS = """

@@ -29,6 +29,7 @@ from msrl_consistent.optim import Adam
 from .algorithm import register
 from .cells import RankMean, TwinCriticLoss, polyak, twin_critic_params
 from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
+from .offpolicy_population import OffPolicyPopulation
 
 
 @dataclass
@@ -198,6 +199,7 @@ class SAC(OffPolicyAlgorithm):
     config_cls = SACConfig
     agent_cls = SACAgent
     data_parallel = True
+    population = OffPolicyPopulation
 
     def build(self) -> None:
         c: SACConfig = self.cfg.algo

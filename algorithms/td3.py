@@ -30,6 +30,7 @@ from msrl_consistent.optim import Adam
 from .algorithm import register
 from .cells import RankMean, TwinCriticLoss, polyak, twin_critic_params
 from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
+from .offpolicy_population import OffPolicyPopulation
 
 
 @dataclass
@@ -181,6 +182,7 @@ class TD3(OffPolicyAlgorithm):
     config_cls = TD3Config
     agent_cls = TD3Agent
     data_parallel = True
+    population = OffPolicyPopulation
 
     def build(self) -> None:
         c: TD3Config = self.cfg.algo

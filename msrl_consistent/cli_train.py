@@ -96,9 +96,9 @@ def _train_population(args) -> int:
     if args.device is not None:
         overrides.append(f"device={args.device}")
     cfg = resolve(args.config, None, args.total_timesteps, overrides)
-    population_class(cfg, seeds, args.workers)
+    cls = population_class(cfg, seeds, args.workers)
     sweep = list(args.sweep or [])
-    k = len(member_configs(cfg, member_settings(seeds, parse_sweep(sweep))))  # every member valid, before writing
+    k = len(member_configs(cfg, member_settings(seeds, parse_sweep(sweep, cls.sweepable))))  # every member valid, before writing
     split_groups(k, args.jobs)
     run_dir = args.run_dir or default_population_dir(cfg, seeds)
     grid = f", sweep {' '.join(sweep)}" if sweep else ""

@@ -53,9 +53,10 @@ SWEEPABLE = ("algo.learning_rate", "algo.clip_range", "algo.ent_coef", "algo.vf_
 (or, gamma and gae_lambda, per-member columns of the host-side GAE)."""
 
 
-def parse_sweep(specs: Sequence[str]) -> List[Tuple[str, List[Any]]]:
+def parse_sweep(specs: Sequence[str], sweepable: Sequence[str] = SWEEPABLE) -> List[Tuple[str, List[Any]]]:
     """``["algo.learning_rate=1e-3,3e-4", ...]`` (``algo.`` optional) -> [(key, values)], one
-    axis of the grid each, values read as numbers (``_number``)."""
+    axis of the grid each, values read as numbers (``_number``); the keys must be in
+    ``sweepable`` (the population class's ``sweepable``: PPO's are SWEEPABLE)."""
     axes: List[Tuple[str, List[Any]]] = []
     for spec in specs:
         key, sep, raw = spec.partition("=")
@@ -63,9 +64,9 @@ def parse_sweep(specs: Sequence[str]) -> List[Tuple[str, List[Any]]]:
         key = key if key.startswith("algo.") else f"algo.{key}"
         if not sep or not raw.strip():
             raise ConfigError(f"--sweep {spec}: expected KEY=VALUE,VALUE,... (for example algo.learning_rate=1e-3,3e-4)")
-        if key not in SWEEPABLE:
+        if key not in sweepable:
             raise ConfigError(f"--sweep {spec}: key '{key}' cannot differ between members; expected one of "
-                              f"{', '.join(SWEEPABLE)}")
+                              f"{', '.join(sweepable)}")
         if key in [k for k, _ in axes]:
             raise ConfigError(f"--sweep {spec}: key '{key}' is swept twice")
         try:
@@ -153,7 +154,8 @@ def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1):
                           f"other (--jobs N trains its members in N processes)")
     cls = getattr(registry.get(cfg.algorithm), "population", None)
     if cls is None:
-        raise ConfigError(f"--seeds: {cfg.algorithm} has no population training (ppo has); train one run per seed")
+        raise ConfigError(f"--seeds: {cfg.algorithm} has no population training (ppo, sac and td3 have); train one "
+                          f"run per seed")
     cls.check(cfg)
     return cls
 
@@ -187,7 +189,7 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
     from .runlock import new_run_dir
 
     cls = population_class(cfg, seeds)
-    axes = parse_sweep(sweep)
+    axes = parse_sweep(sweep, cls.sweepable)
     settings = member_settings(seeds, axes)
     configs = member_configs(cfg, settings)
     groups = split_groups(len(settings), jobs)
@@ -262,6 +264,21 @@ def population_groups(run_dir: str) -> List[List[int]]:
 def group_finished(run_dir: str, group: Sequence[int]) -> bool:
     dirs = population_members(run_dir)
     return all(os.path.isfile(os.path.join(dirs[i], "summary.json")) for i in group)
+
+
+def population_summary(run_dir: str, run_dirs: Sequence[str], seeds: Sequence[int], summaries: Sequence[dict],
+                       wall: float, write: bool = True, groups: Optional[List[List[int]]] = None) -> dict:
+    """The population's summary (its members' summaries by directory name, their seeds, the wall
+    time, the groups of a ``--jobs`` population), written to ``run_dir``/summary.json when ``write``."""
+    from .checkpoint import atomic_write_text
+    summary: Dict[str, Any] = {"population": [os.path.basename(d) for d in run_dirs], "seeds": list(seeds),
+                               "wall_time_s": round(wall, 3)}
+    if groups is not None:
+        summary["groups"] = groups
+    summary["members"] = {os.path.basename(d): s for d, s in zip(run_dirs, summaries)}
+    if write:
+        atomic_write_text(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 def population_summary_done(run_dir: str) -> bool:
