@@ -98,15 +98,11 @@ def test_warmup_is_the_single_runs_and_training_is_reproducible(tmp_path):
     replay = [key for key in b if key.startswith("replay/")]
     assert replay and all(np.array_equal(a[key], b[key]) for key in replay)
 
-    cfg = _config("sac", ["checkpoint.freq=200"])
+    # two trainings of one population config, each interrupted at its 60th gradient step: every
+    # member checkpointed that step, with the same sha256 in both; two resumes of one of them end
+    # bit-identical (the envs are reseeded from (seed, steps done), as a single run's resume does)
+    cfg = _config("sac", ["total_timesteps=250", "algo.save_replay_buffer=true"])
     seeds = [0, 1]
-    first, second = str(tmp_path / "a"), str(tmp_path / "b")
-    train_population(cfg, seeds, first)
-    train_population(cfg, seeds, second)
-    assert _hashes(first, seeds) == _hashes(second, seeds)
-
-    third = str(tmp_path / "c")
-    cfg = _config("sac", ["algo.save_replay_buffer=true"])
     cls = registry.get("sac").population
     original = cls._train
 
@@ -116,15 +112,22 @@ def test_warmup_is_the_single_runs_and_training_is_reproducible(tmp_path):
             self.stop_requested = 15
         return out
 
+    interrupted = {}
     cls._train = stop_after_60_updates
     try:
-        with pytest.raises(TrainingInterrupted):
-            train_population(cfg, seeds, third)
+        for name in ("a", "b"):
+            with pytest.raises(TrainingInterrupted):
+                train_population(cfg, seeds, str(tmp_path / name))
+            interrupted[name] = {}
+            for s in seeds:
+                d = os.path.join(member_dir(str(tmp_path / name), s), "checkpoints")
+                assert os.listdir(d) == ["step-000000160.safetensors"]
+                interrupted[name][s] = ckpt.load_checkpoint(os.path.join(d, "step-000000160.safetensors"))[1][
+                    "params_sha256"]
     finally:
         cls._train = original
-    for s in seeds:  # every member checkpointed the same step: the 60th gradient step's
-        assert os.listdir(os.path.join(member_dir(third, s), "checkpoints")) == ["step-000000160.safetensors"]
-    fourth = str(tmp_path / "c2")
+    assert interrupted["a"] == interrupted["b"] and len(set(interrupted["a"].values())) == 2
+    third, fourth = str(tmp_path / "a"), str(tmp_path / "c")
     shutil.copytree(third, fourth)
     resume_population(third).learn()
     resume_population(fourth).learn()
