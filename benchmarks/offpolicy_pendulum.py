@@ -25,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str, threads: int, learning_starts: int) -> None:
+def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str, threads: int, learning_starts: int,
+               config: str = None) -> None:
     import gymnasium as gym
     import numpy as np
     import torch
@@ -36,7 +37,7 @@ def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str, threads:
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.noise import NormalActionNoise
 
-    cfg = yaml.safe_load(open(os.path.join(ROOT, "configs", algo, f"{env_id}.yaml")))
+    cfg = yaml.safe_load(open(config or os.path.join(ROOT, "configs", algo, f"{env_id}.yaml")))
     a = cfg["algo"]
     env = gym.make(env_id)
     net = cfg["policy"]["net_arch"]
@@ -108,8 +109,9 @@ def run_sb3(algo, env_id, steps, seed, work, threads, learning_starts):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--sb3-worker":
-        _, _, algo, env_id, steps, seed, out, threads, learning_starts = sys.argv
-        return sb3_worker(algo, env_id, int(steps), int(seed), out, int(threads), int(learning_starts))
+        algo, env_id, steps, seed, out, threads, learning_starts = sys.argv[2:9]
+        config = sys.argv[9] if len(sys.argv) > 9 else None  # a copy with other values (population_vs_sb3's sweeps)
+        return sb3_worker(algo, env_id, int(steps), int(seed), out, int(threads), int(learning_starts), config)
     p = argparse.ArgumentParser()
     p.add_argument("--env", default="Pendulum-v1")
     p.add_argument("--steps", type=int, default=20000)

@@ -1,8 +1,10 @@
-"""A multi-seed PPO study, every way this machine can run it: whole-study wall time and every seed's return.
+"""A multi-seed PPO, SAC or TD3 study, every way this machine can run it: whole-study wall time and every seed's return.
 
     pip install torch==2.13.0                       # first: the CPU wheel on this disk
     pip install stable-baselines3 "numpy<2"
     python benchmarks/population_vs_sb3.py --seeds 0 1 2 3 4 --total-timesteps 100000
+    python benchmarks/population_vs_sb3.py --config configs/sac/Pendulum-v1.yaml --total-timesteps 5000 \
+        --modes msrl-population msrl-population-jobs sb3-1-parallel sb3-default-sequential   # SAC
     python benchmarks/population_vs_sb3.py --modes msrl-population sb3-1-parallel --json runs/study.json
     python benchmarks/population_vs_sb3.py --seeds 0 --sweep learning_rate=3e-4,1e-3,2e-3,3e-3 \
         --sweep clip_range=0.1,0.2,0.3,0.4 --modes msrl-population-jobs sb3-1-parallel   # a 16-setting sweep
@@ -20,8 +22,9 @@ Modes, each timed from outside as whole processes (start-up, imports, compilatio
   sb3-default-sequential  Stable-Baselines3 with torch's default threads, one after another
   sb3-1-parallel      Stable-Baselines3 with 1 torch thread, --parallel runs at a time (default 2,
                       one per core: SB3's best use of a 2-core machine)
-The SB3 worker is benchmarks/ppo_vs_sb3.py's (same hyperparameters from C, same seeded final
-evaluation). The ratios quoted are each msrl population mode's wall time over the fastest SB3 mode's.
+The SB3 worker is benchmarks/ppo_vs_sb3.py's for PPO and benchmarks/offpolicy_pendulum.py's for
+SAC and TD3 (same hyperparameters from C; 10 evaluation episodes). The ratios quoted are each
+msrl population mode's wall time over the fastest SB3 mode's.
 """
 import argparse
 import json
@@ -35,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from msrl_consistent import populations
+from msrl_consistent import populations, registry
 from msrl_consistent.populations import member_settings, parse_sweep
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,7 +52,8 @@ def msrl_cmd():
 
 def members(args):
     """(setting, seed) of every member, in msrl's member order and with msrl's reading of --sweep."""
-    settings = member_settings(args.seeds, parse_sweep(args.sweep))
+    algo = config_of(args.config).get("algorithm", "ppo")
+    settings = member_settings(args.seeds, parse_sweep(args.sweep, registry.get(algo).population.sweepable))
     return [({k: v for k, v in st.items() if k != "seed"}, st["seed"]) for st in settings]
 
 
@@ -71,9 +75,9 @@ def setting_config(args, work, setting):
     return path
 
 
-def run(cmd, label):
+def run(cmd, label, **env):
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, GLOG_v="3"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, GLOG_v="3", **env))
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
@@ -112,8 +116,23 @@ def msrl_one(args, work, member):
     return wall, s["final_eval"]["mean_return"], s["params_sha256"]
 
 
+def config_of(path):
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
 def sb3_one(args, work, member, threads):
     setting, seed = member
+    cfg = config_of(args.config)
+    algo = cfg.get("algorithm", "ppo")
+    if algo != "ppo":  # SAC / TD3: offpolicy_pendulum.py's worker, the config's own learning_starts
+        out = os.path.join(work, f"sb3-{member_name(setting, seed)}-t{threads}.json")
+        cmd = [sys.executable, os.path.join(HERE, "offpolicy_pendulum.py"), "--sb3-worker", algo, cfg["env"]["id"],
+               str(args.total_timesteps), str(seed), out, str(threads), "-1", setting_config(args, work, setting)]
+        wall, _ = run(cmd, f"SB3 {member_name(setting, seed)} ({threads or 'default'} threads)",
+                      **({"OMP_NUM_THREADS": "1"} if threads == 1 else {}))
+        with open(out) as fh:
+            return wall, json.load(fh)["mean_return"]
     cmd = [sys.executable, os.path.join(HERE, "ppo_vs_sb3.py"), "--worker", "sb3", "--threads", str(threads),
            "--config", setting_config(args, work, setting), "--seed", str(seed), "--total-timesteps", str(args.total_timesteps),
            "--eval-episodes", str(args.eval_episodes)]

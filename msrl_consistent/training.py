@@ -47,7 +47,7 @@ def train(config: Union[str, Config], run_dir: Optional[str] = None, *, seed: Op
     Raises ConfigError for an invalid config, TrainingInterrupted on SIGINT/SIGTERM (after a
     checkpoint), NonFiniteError on a non-finite loss or parameter.
 
-    ``seeds`` (PPO) trains one member per seed in one process (a population,
+    ``seeds`` (PPO, SAC, TD3) trains one member per seed in one process (a population,
     docs/populations.md), and with ``sweep`` (``["algo.learning_rate=1e-3,3e-4", ...]``, as
     ``--sweep``) one per seed and setting of the grid: ``run_dir`` then holds ``population.json``
     and one run directory per member (``seed<S>/``), and the population summary is returned.
