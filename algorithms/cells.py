@@ -1,9 +1,13 @@
-"""Graph cells reused by several algorithms: an update followed by the acting cell in one
-call, the Polyak update, the twin critics' Parameters and loss."""
+"""Graph cells reused by several algorithms (and by their populations): an update followed by the
+acting cell in one call, the Polyak update, the twin critics' Parameters and loss, SAC's
+squashed-Gaussian sampler and TD3's target policy smoothing."""
 from __future__ import annotations
 
 import numpy as np
 from mindspore import nn, ops
+
+from msrl_consistent.distributions import tanh_gaussian_log_prob
+from msrl_consistent.networks.mlp import Tanh
 
 
 class UpdateThenAct(nn.Cell):
@@ -80,3 +84,34 @@ class TwinCriticLoss(nn.Cell):
         q2 = self.agent.q2(x, actions)
         loss = self.scale * (((q1 - y) ** 2).mean() + ((q2 - y) ** 2).mean())
         return loss, ops.stop_gradient(q1.mean())
+
+
+class SquashedGaussian(nn.Cell):
+    """(normalized obs, standard-normal noise) -> (u, log pi(tanh(u))), u = mean + std * noise.
+
+    The log-std head is clamped to [LOG_STD_MIN, LOG_STD_MAX] = [-20, 2] (as SB3)."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+        self.lo, self.hi = agent.LOG_STD_MIN, agent.LOG_STD_MAX
+
+    def construct(self, x, noise):
+        h = self.agent.actor.first(x)
+        mean = self.agent.actor.second(h)
+        log_std = ops.clip_by_value(self.agent.log_std_head(h), self.lo, self.hi)
+        u = mean + ops.exp(log_std) * noise
+        return u, tanh_gaussian_log_prob(mean, log_std, u)
+
+
+class TargetPolicySmoothing(nn.Cell):
+    """a' = clip(tanh(u') + clip(sigma * eps, -c, c), -1, 1), eps ~ N(0, 1) from the host."""
+
+    def __init__(self, sigma: float, noise_clip: float):
+        super().__init__()
+        self.sigma, self.noise_clip = float(sigma), float(noise_clip)
+        self.tanh = Tanh()
+
+    def construct(self, u, eps):
+        noise = ops.clip_by_value(self.sigma * eps, -self.noise_clip, self.noise_clip)
+        return ops.clip_by_value(self.tanh(u) + noise, -1.0, 1.0)

@@ -31,6 +31,7 @@ from msrl_consistent.populations import population_summary
 from msrl_consistent.signals import StopOnSignals
 
 from .off_policy import _mean_stats
+from .offpolicy_population_cells import STACKED
 from .population_jobs import run_groups
 from .run import RunContext, TrainingInterrupted
 from .stacked_optim import load_stacked_state, store_member_state
@@ -62,7 +63,6 @@ class OffPolicyPopulation:
             steps = ", ".join(f"{d}: step {m.num_timesteps}" for d, m in zip(run_dirs, members))
             raise ckpt.CheckpointError(f"the members of {run_dir} were checkpointed at different steps ({steps}); "
                                        f"a population resumes from one common step")
-        from .offpolicy_population_cells import STACKED  # (it imports sac.py and td3.py, which import this module)
         self.stacked = STACKED[m0.name](members)
         rate = self.stacked.per_member_rate
         for name, (opt, pairs) in self.stacked.optimizers.items():

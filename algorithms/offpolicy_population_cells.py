@@ -19,10 +19,9 @@ from mindspore import ParameterTuple, Tensor, nn, ops
 
 from msrl_consistent.networks.mlp import Tanh
 
+from .cells import SquashedGaussian, TargetPolicySmoothing
 from .population_cells import StackedMLP, stack_parameter
-from .sac import SquashedGaussian
 from .stacked_optim import stacked_optimizer
-from .td3 import TargetPolicySmoothing
 
 
 def per_member(values: np.ndarray):

@@ -20,14 +20,13 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
 from msrl_consistent.config import POSITIVE, Check
-from msrl_consistent.distributions import tanh_gaussian_log_prob
 from msrl_consistent.networks.agents import Agent, QNetwork, frozen_copy, require_box
 from msrl_consistent.networks.heads import ScaleToBox
 from msrl_consistent.networks.mlp import MLP, Chain, Tanh, accurate_tanh, dense
 from msrl_consistent.optim import Adam
 
 from .algorithm import register
-from .cells import RankMean, TwinCriticLoss, polyak, twin_critic_params
+from .cells import RankMean, SquashedGaussian, TwinCriticLoss, polyak, twin_critic_params
 from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
 from .offpolicy_population import OffPolicyPopulation
 
@@ -74,24 +73,6 @@ class SACAgent(Agent):
         self.q2_target = frozen_copy(make_q, self.q2)
         init_alpha = float(getattr(cfg.algo, "init_ent_coef", 1.0))
         self.log_alpha = Parameter(Tensor(np.array([np.log(init_alpha)], np.float32)), name="log_alpha")
-
-
-class SquashedGaussian(nn.Cell):
-    """(normalized obs, standard-normal noise) -> (u, log pi(tanh(u))), u = mean + std * noise.
-
-    The log-std head is clamped to [LOG_STD_MIN, LOG_STD_MAX] = [-20, 2] (as SB3)."""
-
-    def __init__(self, agent: SACAgent):
-        super().__init__()
-        self.agent = agent
-        self.lo, self.hi = agent.LOG_STD_MIN, agent.LOG_STD_MAX
-
-    def construct(self, x, noise):
-        h = self.agent.actor.first(x)
-        mean = self.agent.actor.second(h)
-        log_std = ops.clip_by_value(self.agent.log_std_head(h), self.lo, self.hi)
-        u = mean + ops.exp(log_std) * noise
-        return u, tanh_gaussian_log_prob(mean, log_std, u)
 
 
 class SACAct(nn.Cell):

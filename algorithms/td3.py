@@ -28,7 +28,7 @@ from msrl_consistent.networks.mlp import MLP, Tanh, accurate_tanh
 from msrl_consistent.optim import Adam
 
 from .algorithm import register
-from .cells import RankMean, TwinCriticLoss, polyak, twin_critic_params
+from .cells import RankMean, TargetPolicySmoothing, TwinCriticLoss, polyak, twin_critic_params
 from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
 from .offpolicy_population import OffPolicyPopulation
 
@@ -93,19 +93,6 @@ class TD3Act(nn.Cell):
         a = accurate_tanh(self.agent.actor(self.agent.normalizer(obs)))
         a = ops.clip_by_value(a + self.sigma * noise, -1.0, 1.0)
         return ops.concat((self.scale(a), a), -1)
-
-
-class TargetPolicySmoothing(nn.Cell):
-    """a' = clip(tanh(u') + clip(sigma * eps, -c, c), -1, 1), eps ~ N(0, 1) from the host."""
-
-    def __init__(self, sigma: float, noise_clip: float):
-        super().__init__()
-        self.sigma, self.noise_clip = float(sigma), float(noise_clip)
-        self.tanh = Tanh()
-
-    def construct(self, u, eps):
-        noise = ops.clip_by_value(self.sigma * eps, -self.noise_clip, self.noise_clip)
-        return ops.clip_by_value(self.tanh(u) + noise, -1.0, 1.0)
 
 
 class ActorLoss(nn.Cell):

@@ -10,8 +10,9 @@ from mindspore import Tensor, nn
 
 from msrl_consistent import registry
 from msrl_consistent.algorithms import OffPolicyAlgorithm
+from msrl_consistent.algorithms.cells import TargetPolicySmoothing
 from msrl_consistent.algorithms.sac import SACAct, SACAgent
-from msrl_consistent.algorithms.td3 import TargetPolicySmoothing, TD3Act, TD3Agent
+from msrl_consistent.algorithms.td3 import TD3Act, TD3Agent
 from msrl_consistent.buffers import ReplayBuffer
 from msrl_consistent.config import ConfigError, load_config
 from msrl_consistent.deploy.spaces import SpaceSpec
