@@ -10,7 +10,7 @@ from msrl_consistent import checkpoint as ckpt
 from msrl_consistent import registry
 from msrl_consistent.cli import main
 
-SHORT = ["total_timesteps=600", "algo.learning_starts=200", "eval.freq=0", "eval.episodes=1",
+SHORT = ["total_timesteps=400", "algo.learning_starts=200", "eval.freq=0", "eval.episodes=1",
          "policy.net_arch=[32, 32]", "algo.batch_size=32", "log.tensorboard=false"]
 TD3_EVERY_STEP = ["algo.train_freq=1", "algo.gradient_steps=1"]
 
@@ -22,7 +22,7 @@ def test_sac_deterministic_and_lean_buffer_identical(tmp_path):
     _, s3, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT + ["seed=1"], "c")
     _, s4, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT + ["algo.memory_lean=true"], "d")
     _, s5, _ = train_run(tmp_path, "sac/Pendulum-v1.yaml", SHORT + ["algo.fuse_act=false"], "e")
-    assert s1["num_timesteps"] == 600 and a1.n_updates == 400
+    assert s1["num_timesteps"] == 400 and a1.n_updates == 200
     assert s1["params_sha256"] == s2["params_sha256"] == a1.params_hash()
     # acting inside the update's graph call (fuse_act, the default) changes nothing
     assert s5["params_sha256"] == s1["params_sha256"]
@@ -34,7 +34,7 @@ def test_sac_deterministic_and_lean_buffer_identical(tmp_path):
     assert any(k.startswith("replay/") for k in tensors)
     fresh = registry.get("sac")(a1.cfg)
     fresh.load_state(tensors, meta)
-    assert fresh.params_hash() == s1["params_sha256"] and fresh.n_updates == 400
+    assert fresh.params_hash() == s1["params_sha256"] and fresh.n_updates == 200
     x, y = a1.buffer.sample(32, np.random.default_rng(0)), fresh.buffer.sample(32, np.random.default_rng(0))
     for k in x:
         np.testing.assert_array_equal(x[k], y[k])
@@ -48,7 +48,7 @@ def test_td3_deterministic(tmp_path):
     _, s2, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP, "b")
     _, s3, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP + ["seed=1"], "c")
     _, s4, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + TD3_EVERY_STEP + ["algo.fuse_act=false"], "d")
-    assert s1["num_timesteps"] == 600 and a1.n_updates == 400
+    assert s1["num_timesteps"] == 400 and a1.n_updates == 200
     assert s1["params_sha256"] == s2["params_sha256"] == a1.params_hash()
     assert s1["params_sha256"] != s3["params_sha256"]
     assert s4["params_sha256"] == s1["params_sha256"]  # fuse_act changes nothing
@@ -56,7 +56,7 @@ def test_td3_deterministic(tmp_path):
     rounds = ["algo.train_freq=100", "algo.gradient_steps=-1"]
     _, r1, b1 = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + rounds, "e")
     _, r2, _ = train_run(tmp_path, "td3/Pendulum-v1.yaml", SHORT + rounds + ["algo.fuse_act=false"], "f")
-    assert b1.n_updates == 400 and r1["params_sha256"] == r2["params_sha256"] != s1["params_sha256"]
+    assert b1.n_updates == 200 and r1["params_sha256"] == r2["params_sha256"] != s1["params_sha256"]
     # the checkpoint does not carry the buffer by default
     tensors, _ = ckpt.load_checkpoint(os.path.join(str(tmp_path), "a", "checkpoints", "final.safetensors"))
     assert not any(k.startswith("replay/") for k in tensors)
