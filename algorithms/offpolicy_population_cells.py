@@ -115,8 +115,6 @@ class Stacked:
     host_pairs: List[tuple]
 
     def __init__(self, members):
-        self.members = members
-        self.k = len(members)
         self.act = PopulationAct([m.act_cell for m in members])
         m0 = members[0]
         self.obs_dim, self.act_dim = m0.spec.obs_dim, m0.spec.n_actions
@@ -170,7 +168,7 @@ class _ChainView(nn.Cell):
 
 
 class StackedTwinCriticLoss(nn.Cell):
-    """cells.TwinCriticLoss per member, summed over the members -> (total, (per-member loss, mean Q1))."""
+    """cells.TwinCriticLoss per member, summed over the members -> (total, per-member loss (K,), mean Q1 (K,))."""
 
     def __init__(self, agent, scale: float):
         super().__init__()
@@ -185,7 +183,7 @@ class StackedTwinCriticLoss(nn.Cell):
 
 
 class StackedSACActorLoss(nn.Cell):
-    """sac.ActorLoss per member, summed -> (total, (per-member loss, log pi (K, B)))."""
+    """sac.ActorLoss per member, summed -> (total, per-member loss (K,), log pi (K, B))."""
 
     def __init__(self, agent):
         super().__init__()
