@@ -132,7 +132,7 @@ class CheckpointConfig:
 @dataclass
 class LogConfig:
     tensorboard: bool = True
-    """Write tensorboardX event files under tb/."""
+    """Write TensorBoard event files under tb/."""
     window: int = 100
     """Episodes in the moving window of 'recent mean return'."""
 

@@ -1,4 +1,4 @@
-"""Run logging: tensorboardX scalars, metrics.jsonl (one JSON object a line), progress bar."""
+"""Run logging: TensorBoard scalars (tbevents.EventFile), metrics.jsonl (one JSON object a line), progress bar."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from .tbevents import EventFile
+
 
 class RunLogger:
     def __init__(self, run_dir: str, total_steps: int, tensorboard: bool = True, progress: bool = True,
@@ -18,10 +20,7 @@ class RunLogger:
         self.run_dir = run_dir
         self.metrics_path = os.path.join(run_dir, "metrics.jsonl")
         self._fh = open(self.metrics_path, "a", encoding="utf-8") if enabled else open(os.devnull, "w")
-        self.writer = None
-        if tensorboard and enabled:
-            from tensorboardX import SummaryWriter
-            self.writer = SummaryWriter(os.path.join(run_dir, "tb"))
+        self.writer: Optional[EventFile] = EventFile(os.path.join(run_dir, "tb")) if tensorboard and enabled else None
         self.returns = deque(maxlen=window)
         self.lengths = deque(maxlen=window)
         self.t0 = time.perf_counter()
@@ -40,8 +39,7 @@ class RunLogger:
         self.returns.append(ret)
         self.lengths.append(length)
         if self.writer:
-            self.writer.add_scalar("rollout/episode_return", ret, step)
-            self.writer.add_scalar("rollout/episode_length", length, step)
+            self.writer.scalars(step, (("rollout/episode_return", ret), ("rollout/episode_length", length)))
 
     def mean_return(self) -> Optional[float]:
         return float(np.mean(self.returns)) if self.returns else None
@@ -52,9 +50,9 @@ class RunLogger:
         self._fh.write(json.dumps(record) + "\n")
         self._fh.flush()
         if self.writer:
-            for k, v in values.items():
-                if isinstance(v, (int, float, np.floating, np.integer)) and v is not None:
-                    self.writer.add_scalar(f"{kind}/{k}", float(v), step)
+            self.writer.scalars(step, ((f"{kind}/{k}", v) for k, v in values.items()
+                                       if isinstance(v, (int, float, np.floating, np.integer))))
+            self.writer.flush_every(10.0)  # a TensorBoard watching the run sees it within seconds
 
     def event(self, step: int, **fields) -> None:
         record = {"kind": "event", "step": int(step)}
