@@ -9,6 +9,7 @@ from typing import Optional
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
+from mindspore.ops.operations._grad_ops import LogSoftmaxGrad
 
 from .cells import RankMean
 
@@ -77,13 +78,17 @@ class ClippedObjective(nn.Cell):
         self.ent_coef = float(c.ent_coef)
         self.vf_coef = float(c.vf_coef)
 
-    def construct(self, values, log_prob, entropy, old_log_prob, advantages, returns, old_values, clip_range,
-                  clip_range_vf):
+    def normalized(self, advantages):
         if self.normalize_advantage and advantages.shape[0] > 1:
             n = advantages.shape[0]
             centered = advantages - advantages.mean()
             std = ops.sqrt((centered * centered).sum() / (n - 1))
-            advantages = centered / (std + 1e-8)
+            return centered / (std + 1e-8)
+        return advantages
+
+    def construct(self, values, log_prob, entropy, old_log_prob, advantages, returns, old_values, clip_range,
+                  clip_range_vf):
+        advantages = self.normalized(advantages)
         log_ratio = log_prob - old_log_prob
         ratio = ops.exp(log_ratio)
         clipped_ratio = ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)
@@ -98,6 +103,62 @@ class ClippedObjective(nn.Cell):
         approx_kl = ((ratio - 1.0) - log_ratio).mean()  # http://joschu.net/blog/kl-approx.html
         clip_fraction = (ops.abs(ratio - 1.0) > clip_range).astype(ms.float32).mean()
         return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction
+
+
+class CategoricalClippedHead(nn.Cell):
+    """ClippedObjective's forward for a Categorical policy without entropy bonus or value clipping,
+    from the logits and values, with its backward written out: the terms autodiff evaluates,
+    in fewer kernels (the minibatch time: docs/benchmarks.md; the log-softmax's gradient is
+    the same LogSoftmaxGrad kernel autodiff uses). For a minibatch of n rows, n a power of two, the
+    gradients equal autodiff's bit for bit: every factor besides the advantage, the ratio and
+    vf_coef is a power of two, so each gradient element is one rounding of the same exact
+    product in either order (PPOLoss uses this head only then):
+
+    - d/dlog pi(a) = -(A * r) / n where A * r <= A * clip(r) (the minimum's gradient, the ratio's
+      exp), else 0 (the clip passes no gradient outside its range);
+    - d/dlogits = LogSoftmaxGrad(log_softmax, onehot(a) * that);
+    - d/dvalues = (v - R) * (2 * vf_coef / n).
+
+    Returns (loss, policy loss, value loss, entropy, approx KL, clip fraction) as ClippedObjective,
+    then the tensors the backward reads."""
+
+    def __init__(self, n_actions: int, vf_coef: float):
+        super().__init__()
+        self.n_actions = int(n_actions)
+        self.vf_coef = float(vf_coef)
+        self.value_grad = float(np.float32(vf_coef)) * 2.0  # d(vf_coef * (R - v)^2)/dv = value_grad * (v - R)
+        self.log_softmax_grad = LogSoftmaxGrad(-1)
+
+    def construct(self, logits, values, actions, old_log_prob, advantages, returns, clip_range):
+        logp_all = ops.log_softmax(logits, -1)
+        log_prob = ops.gather_elements(logp_all, 1, actions.expand_dims(-1)).squeeze(-1)
+        log_ratio = log_prob - old_log_prob
+        ratio = ops.exp(log_ratio)
+        clipped_ratio = ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)
+        a_r = advantages * ratio
+        a_c = advantages * clipped_ratio
+        policy_loss = -ops.minimum(a_r, a_c).mean()
+        value_loss = ((returns - values) ** 2).mean()
+        loss = policy_loss + self.vf_coef * value_loss
+        entropy = (-(ops.exp(logp_all) * logp_all).sum(-1)).mean()
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+        clip_fraction = (ops.abs(ratio - 1.0) > clip_range).astype(ms.float32).mean()
+        return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction, logp_all, a_r, a_c
+
+    def bprop(self, logits, values, actions, old_log_prob, advantages, returns, clip_range, out, dout):
+        logp_all, a_r, a_c = out[6], out[7], out[8]
+        n = a_r.shape[0]
+        sens = dout[0]  # the loss's; the other outputs are statistics (no gradient)
+        g = ops.select(a_r <= a_c, a_r, ops.zeros_like(a_r)) * (sens * (-1.0 / n))
+        onehot = ops.one_hot(actions, self.n_actions, ops.ones((), ms.float32), ops.zeros((), ms.float32))
+        dlogits = self.log_softmax_grad(logp_all, onehot * g.expand_dims(-1))
+        dvalues = (values - returns) * (sens * (self.value_grad / n))
+        return (dlogits, dvalues, ops.zeros_like(actions), ops.zeros_like(old_log_prob), ops.zeros_like(advantages),
+                ops.zeros_like(returns), ops.zeros_like(clip_range))
+
+
+def power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
 
 
 class PPOUpdatePhase(nn.Cell):
