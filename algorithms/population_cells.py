@@ -27,6 +27,8 @@ from msrl_consistent.distributions import (
     gaussian_log_prob,
 )
 
+from .ppo_update import CategoricalClippedHead, power_of_two
+
 
 def stack_parameter(params: Sequence[Parameter], name: str) -> Parameter:
     """One Parameter holding the members' values of one parameter on a new leading axis."""
@@ -107,6 +109,7 @@ class StackedAgent(nn.Cell):
         self.actor = StackedMLP([a.actor for a in agents], "actor")
         self.critic = StackedMLP([a.critic for a in agents], "critic")
         self.discrete = agents[0].log_std is None
+        self.n_actions = agents[0].spec.n_actions
         self.log_std = None if self.discrete else stack_parameter([a.log_std for a in agents], "log_std")
         self.normalize = agents[0].normalizer.enabled
         self.norm_clip = agents[0].normalizer.clip
@@ -133,12 +136,24 @@ class StackedPPOLoss(nn.Cell):
         self.use_ent = bool(np.any(ent_coef != 0.0))
         self.ent_coef = Tensor(ent_coef.astype(np.float32))
         self.vf_coef = Tensor(vf_coef.astype(np.float32))
+        # as PPOLoss: the loss head with its backward written out where it gives autodiff's gradients
+        lean = stacked.discrete and not self.use_ent and not self.clip_vf
+        self.head = CategoricalClippedHead(stacked.n_actions, vf_coef, per_member=True) if lean else None
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, mean, var, clip_range,
                   clip_range_vf):
         x = self.agent.normalized(obs, mean, var)
         values = self.agent.critic(x).squeeze(-1)
         out = self.agent.actor(x)
+        if self.normalize_advantage and advantages.shape[1] > 1:
+            n = advantages.shape[1]
+            centered = advantages - advantages.mean(-1, keep_dims=True)
+            std = ops.sqrt((centered * centered).sum(-1, keepdims=True) / (n - 1))
+            advantages = centered / (std + 1e-8)
+        if self.head is not None and power_of_two(advantages.shape[1]):  # static: one path is compiled
+            head = self.head(out, values, actions, old_log_prob, advantages, returns, clip_range)
+            return head[0].sum(), ops.stack([head[0], head[1], head[2], ops.stop_gradient(head[3]), head[4],
+                                             head[5]])
         if self.agent.discrete:
             log_prob = categorical_log_prob(out, actions)
             entropy = categorical_entropy(out).mean(-1)
@@ -146,11 +161,6 @@ class StackedPPOLoss(nn.Cell):
             log_std = ops.expand_dims(self.agent.log_std, 1)
             log_prob = gaussian_log_prob(out, log_std, actions)
             entropy = gaussian_entropy(self.agent.log_std)
-        if self.normalize_advantage and advantages.shape[1] > 1:
-            n = advantages.shape[1]
-            centered = advantages - advantages.mean(-1, keep_dims=True)
-            std = ops.sqrt((centered * centered).sum(-1, keepdims=True) / (n - 1))
-            advantages = centered / (std + 1e-8)
         log_ratio = log_prob - old_log_prob
         ratio = ops.exp(log_ratio)
         clipped_ratio = ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)

@@ -119,36 +119,50 @@ class CategoricalClippedHead(nn.Cell):
     - d/dlogits = LogSoftmaxGrad(log_softmax, onehot(a) * that);
     - d/dvalues = (v - R) * (2 * vf_coef / n).
 
-    Returns (loss, policy loss, value loss, entropy, approx KL, clip fraction) as ClippedObjective,
-    then the tensors the backward reads."""
+    ``per_member``: a population's (members, rows) tensors (population_cells.StackedPPOLoss), means
+    over the rows, one vf_coef per member. Returns (loss, policy loss, value loss, entropy, approx
+    KL, clip fraction) as ClippedObjective (per member: each of shape (members,)), then the tensors
+    the backward reads."""
 
-    def __init__(self, n_actions: int, vf_coef: float):
+    def __init__(self, n_actions: int, vf_coef, per_member: bool = False):
         super().__init__()
         self.n_actions = int(n_actions)
-        self.vf_coef = float(vf_coef)
-        self.value_grad = float(np.float32(vf_coef)) * 2.0  # d(vf_coef * (R - v)^2)/dv = value_grad * (v - R)
+        self.per_member = per_member
+        # d(vf_coef * (R - v)^2)/dv = value_grad * (v - R); 2 * vf_coef is exact in float32
+        if per_member:
+            vf = np.asarray(vf_coef, np.float32)
+            self.vf_coef = Tensor(vf)
+            self.value_grad = Tensor((vf * 2).reshape((-1, 1)))
+        else:
+            self.vf_coef = float(vf_coef)
+            self.value_grad = float(np.float32(vf_coef)) * 2.0
         self.log_softmax_grad = LogSoftmaxGrad(-1)
+
+    def mean(self, x):
+        return x.mean(-1) if self.per_member else x.mean()
 
     def construct(self, logits, values, actions, old_log_prob, advantages, returns, clip_range):
         logp_all = ops.log_softmax(logits, -1)
-        log_prob = ops.gather_elements(logp_all, 1, actions.expand_dims(-1)).squeeze(-1)
+        log_prob = ops.gather_elements(logp_all, logits.ndim - 1, actions.expand_dims(-1)).squeeze(-1)
         log_ratio = log_prob - old_log_prob
         ratio = ops.exp(log_ratio)
         clipped_ratio = ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)
         a_r = advantages * ratio
         a_c = advantages * clipped_ratio
-        policy_loss = -ops.minimum(a_r, a_c).mean()
-        value_loss = ((returns - values) ** 2).mean()
+        policy_loss = -self.mean(ops.minimum(a_r, a_c))
+        value_loss = self.mean((returns - values) ** 2)
         loss = policy_loss + self.vf_coef * value_loss
-        entropy = (-(ops.exp(logp_all) * logp_all).sum(-1)).mean()
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()
-        clip_fraction = (ops.abs(ratio - 1.0) > clip_range).astype(ms.float32).mean()
+        entropy = self.mean(-(ops.exp(logp_all) * logp_all).sum(-1))
+        approx_kl = self.mean((ratio - 1.0) - log_ratio)
+        clip_fraction = self.mean((ops.abs(ratio - 1.0) > clip_range).astype(ms.float32))
         return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction, logp_all, a_r, a_c
 
     def bprop(self, logits, values, actions, old_log_prob, advantages, returns, clip_range, out, dout):
         logp_all, a_r, a_c = out[6], out[7], out[8]
-        n = a_r.shape[0]
+        n = a_r.shape[-1]
         sens = dout[0]  # the loss's; the other outputs are statistics (no gradient)
+        if self.per_member:
+            sens = sens.expand_dims(-1)
         g = ops.select(a_r <= a_c, a_r, ops.zeros_like(a_r)) * (sens * (-1.0 / n))
         onehot = ops.one_hot(actions, self.n_actions, ops.ones((), ms.float32), ops.zeros((), ms.float32))
         dlogits = self.log_softmax_grad(logp_all, onehot * g.expand_dims(-1))
