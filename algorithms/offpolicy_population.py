@@ -16,31 +16,26 @@ msrl_consistent/populations.py's.
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
 from typing import Dict, List, Optional
 
 import numpy as np
 from mindspore import Tensor
 
 from msrl_consistent import checkpoint as ckpt
-from msrl_consistent import runlock
 from msrl_consistent.config import ConfigError
 from msrl_consistent.envs import flat_obs, make_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
-from msrl_consistent.populations import population_summary
-from msrl_consistent.signals import StopOnSignals
 
 from .off_policy import _mean_stats
 from .offpolicy_population_cells import STACKED
-from .population_jobs import run_groups
+from .population_base import Population
 from .run import RunContext, TrainingInterrupted
 from .stacked_optim import load_stacked_state, store_member_state
 
 
-class OffPolicyPopulation:
+class OffPolicyPopulation(Population):
     """K SAC or TD3 members trained together (see the module docstring)."""
 
-    run_groups = staticmethod(run_groups)  # a population of J groups, one process each (``--jobs J``)
     sweepable = ("algo.learning_rate", "algo.gamma", "algo.tau")
     """The keys ``--sweep`` takes: per-member values in the stacked step."""
 
@@ -52,10 +47,7 @@ class OffPolicyPopulation:
                               f"yet (expected false)")
 
     def __init__(self, members: List, run_dirs: List[str], run_dir: str, whole: bool = True):
-        """``whole`` False: these members are one group of the population in ``run_dir``, trained in
-        a process of their own (population_jobs.py)."""
-        self.members, self.run_dirs, self.run_dir, self.whole = members, run_dirs, run_dir, whole
-        self.k = len(members)
+        super().__init__(members, run_dirs, run_dir, whole)
         m0 = members[0]
         self.c = m0.cfg.algo
         counters = {tuple(m._counters().values()) for m in members}
@@ -71,7 +63,6 @@ class OffPolicyPopulation:
             m.before_state = (lambda k=k: self.sync_member(k))
         self._act_fn = FastCall(self.stacked.act)
         self._update_fns: Dict[tuple, FastCall] = {}
-        self.stop_requested: Optional[int] = None
 
     # -- the members' own copies ------------------------------------------------------------------
     def sync_member(self, k: int) -> None:
@@ -83,6 +74,9 @@ class OffPolicyPopulation:
         for name, (opt, pairs) in self.stacked.optimizers.items():
             store_member_state(opt, m.optimizers[name], pairs, k, self.stacked.per_member_rate)
 
+    def before_finish(self) -> None:
+        self.sync_parameters()
+
     def sync_parameters(self) -> None:
         """Every member's Parameters <- the stacked ones (what logs' finite check and hashes read)."""
         for stacked, params in self.stacked.host_pairs:
@@ -91,28 +85,6 @@ class OffPolicyPopulation:
                 p.copy_(Tensor(values[k]))
 
     # -- training ---------------------------------------------------------------------------------
-    def request_stop(self, signum: int) -> None:
-        self.stop_requested = signum
-
-    def learn(self, progress: bool = False) -> dict:
-        """Train every member to its total_timesteps; returns the population summary (summary.json)."""
-        t0 = time.perf_counter()
-        with ExitStack() as stack:
-            for d in [self.run_dir, *self.run_dirs] if self.whole else self.run_dirs:
-                stack.enter_context(runlock.hold(d))
-            signals = stack.enter_context(StopOnSignals(self.request_stop))
-            runs = [RunContext(m, d, progress=progress and k == 0) for k, (m, d) in
-                    enumerate(zip(self.members, self.run_dirs))]
-            try:
-                self._loop(runs, signals)
-                self.sync_parameters()
-                summaries = [run.finish() for run in runs]
-            finally:
-                for run in runs:
-                    run.close()
-        return population_summary(self.run_dir, self.run_dirs, [m.cfg.seed for m in self.members], summaries,
-                                  time.perf_counter() - t0, write=self.whole)
-
     def _fn(self, kind: str, fused: bool) -> FastCall:
         if (kind, fused) not in self._update_fns:
             cell = self.stacked.update_cells[kind]

@@ -15,7 +15,6 @@ is msrl_consistent/populations.py's.
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
 from typing import Dict, List
 
 import mindspore as ms
@@ -23,16 +22,15 @@ import numpy as np
 from mindspore import Tensor
 
 from msrl_consistent import checkpoint as ckpt
-from msrl_consistent import runlock
 from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.config import ConfigError
 from msrl_consistent.envs import flat_obs, make_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
-from msrl_consistent.populations import SWEEPABLE, population_summary
-from msrl_consistent.signals import StopOnSignals
+from msrl_consistent.populations import SWEEPABLE
 
 from .algorithm import schedule_value
 from .on_policy import unpack_rollout
+from .population_base import Population
 from .population_cells import (
     PopulationRollout,
     PopulationValue,
@@ -43,16 +41,14 @@ from .population_cells import (
     stacked_pairs,
     supported_distribution,
 )
-from .population_jobs import run_groups
 from .ppo_update import STAT_NAMES, explained_variance, minibatch_indices
 from .run import RunContext, TrainingInterrupted
 from .stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
 
 
-class PPOPopulation:
+class PPOPopulation(Population):
     """K PPO members trained together (see the module docstring)."""
 
-    run_groups = staticmethod(run_groups)  # a population of J groups, one process each (``--jobs J``)
     sweepable = SWEEPABLE
     """The keys ``--sweep`` takes (msrl_consistent.populations.SWEEPABLE)."""
 
@@ -68,12 +64,8 @@ class PPOPopulation:
                 raise ConfigError(f"--seeds: key '{key}' is not supported in a population yet (expected {expected})")
 
     def __init__(self, members: List, run_dirs: List[str], run_dir: str, whole: bool = True):
-        """``whole`` False: these members are one group of the population in ``run_dir``, trained in
-        a process of their own (population_jobs.py), whose parent holds the
-        population directory and writes its summary."""
-        self.members, self.run_dirs, self.run_dir, self.whole = members, run_dirs, run_dir, whole
+        super().__init__(members, run_dirs, run_dir, whole)
         m0 = members[0]
-        self.k = len(members)
         self.spec, self.c = m0.spec, m0.cfg.algo
         if m0.spec.obs_kind != "Box" or m0.agent.encoded or not supported_distribution(m0.distribution):
             raise ConfigError(f"--seeds: a population trains Box observations with Discrete or Box actions; "
@@ -102,30 +94,8 @@ class PPOPopulation:
         for k, m in enumerate(members):  # a checkpoint of a member holds its optimizer's current state
             m.before_state = (lambda k=k, m=m: store_member_state(self.optimizer, m.optimizer, self.pairs, k,
                                                                   self.per_member_rate))
-        self.stop_requested = None
 
     # -- training ---------------------------------------------------------------------------------
-    def request_stop(self, signum: int) -> None:
-        self.stop_requested = signum
-
-    def learn(self, progress: bool = False) -> dict:
-        """Train every member to its total_timesteps; returns the population summary (summary.json)."""
-        t0 = time.perf_counter()
-        with ExitStack() as stack:
-            for d in [self.run_dir, *self.run_dirs] if self.whole else self.run_dirs:
-                stack.enter_context(runlock.hold(d))
-            signals = stack.enter_context(StopOnSignals(self.request_stop))
-            runs = [RunContext(m, d, progress=progress and k == 0) for k, (m, d) in
-                    enumerate(zip(self.members, self.run_dirs))]
-            try:
-                self._loop(runs, signals)
-                summaries = [run.finish() for run in runs]
-            finally:
-                for run in runs:
-                    run.close()
-        return population_summary(self.run_dir, self.run_dirs, [m.cfg.seed for m in self.members], summaries,
-                                  time.perf_counter() - t0, write=self.whole)
-
     def _loop(self, runs: List[RunContext], signals) -> None:
         members, m0, spec, k = self.members, self.members[0], self.spec, self.k
         n = m0.cfg.env.n_envs

@@ -1,5 +1,6 @@
 """Helpers shared by the test modules (import them as ``from helpers import ...``)."""
 import contextlib
+import json
 import os
 import sys
 
@@ -193,3 +194,14 @@ def om_behind_onnx(monkeypatch, export_dir):
     monkeypatch.setitem(sys.modules, "ais_bench.infer.interface", interface)
     return calls
 
+
+
+def member_hashes(run_dir, seeds):
+    """{seed: params_sha256} of a population's members, from their summary.json."""
+    from msrl_consistent.populations import member_dir
+
+    out = {}
+    for s in seeds:
+        with open(os.path.join(member_dir(run_dir, s), "summary.json")) as fh:
+            out[s] = json.load(fh)["params_sha256"]
+    return out

@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import CONFIGS, msrl
+from helpers import CONFIGS, member_hashes, msrl
 from mindspore import Tensor
 
 from msrl_consistent import checkpoint as ckpt
@@ -27,14 +27,6 @@ SMALL = {"sac": ["total_timesteps=400", "algo.learning_starts=100", "algo.batch_
 
 def _config(algo, extra=()):
     return load_config(os.path.join(CONFIGS, algo, "Pendulum-v1.yaml"), SMALL[algo] + list(extra))
-
-
-def _hashes(run_dir, seeds):
-    out = {}
-    for s in seeds:
-        with open(os.path.join(member_dir(run_dir, s), "summary.json")) as fh:
-            out[s] = json.load(fh)["params_sha256"]
-    return out
 
 
 @pytest.mark.slow
@@ -67,7 +59,7 @@ def test_member_explores_with_its_exported_cells_numbers(tmp_path, algo):
     rows = population._act_fn(Tensor(obs), Tensor(np.zeros((len(seeds), n, 1), np.float32))).asnumpy()
     for k, m in enumerate(members):
         np.testing.assert_array_equal(rows[k, :, :1], m.act_deterministic(obs[k]))
-    hashes = _hashes(run_dir, seeds)
+    hashes = member_hashes(run_dir, seeds)
     assert len(set(hashes.values())) == 2
     for k, m in enumerate(members):  # the summaries' hashes are the members' final Parameters
         assert hashes[seeds[k]] == m.params_hash()
@@ -131,7 +123,7 @@ def test_warmup_is_the_single_runs_and_training_is_reproducible(tmp_path):
     shutil.copytree(third, fourth)
     resume_population(third).learn()
     resume_population(fourth).learn()
-    assert _hashes(third, seeds) == _hashes(fourth, seeds)
+    assert member_hashes(third, seeds) == member_hashes(fourth, seeds)
     members = resume_population(third).members  # their checkpoints hold the synced critics and optimizer state
     for m in members:
         assert set(named_parameters(m.agent)) >= {"q1_target.net.layers.0.weight", "log_alpha"}

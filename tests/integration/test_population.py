@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import CONFIGS, interrupt_when, msrl
+from helpers import CONFIGS, interrupt_when, member_hashes, msrl
 from mindspore import Tensor
 
 from msrl_consistent import registry
@@ -25,14 +25,6 @@ SMALL = {"CartPole-v1": ["total_timesteps=512", "env.n_envs=4", "algo.n_steps=32
 
 def _config(env_id, extra=()):
     return load_config(os.path.join(CONFIGS, "ppo", f"{env_id}.yaml"), SMALL[env_id] + list(extra))
-
-
-def _hashes(run_dir, seeds):
-    out = {}
-    for s in seeds:
-        with open(os.path.join(member_dir(run_dir, s), "summary.json")) as fh:
-            out[s] = json.load(fh)["params_sha256"]
-    return out
 
 
 @pytest.mark.slow
@@ -57,7 +49,7 @@ def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id)
         own = m.act_deterministic(obs[k]).reshape(n, -1)
         np.testing.assert_array_equal(rows[k, :, :width], own.astype(np.float32))
     # distinct members: their parameters differ
-    assert len(set(_hashes(run_dir, seeds).values())) == len(seeds)
+    assert len(set(member_hashes(run_dir, seeds).values())) == len(seeds)
     out = str(tmp_path / "export")
     export_run(member_dir(run_dir, seeds[1]), out, golden=128)
     report = verify_export(out, backend="mindspore", episodes=2)
@@ -73,7 +65,7 @@ def test_population_is_reproducible_and_resumes_exactly(tmp_path):
     train_population(cfg, seeds, first)
     second = str(tmp_path / "b")
     train_population(cfg, seeds, second)
-    assert _hashes(first, seeds) == _hashes(second, seeds)
+    assert member_hashes(first, seeds) == member_hashes(second, seeds)
 
     # an interruption after the first update: every member checkpoints that step; two resumes of
     # those checkpoints end bit-identical (the envs are reseeded from (seed, steps done), as a
@@ -100,7 +92,7 @@ def test_population_is_reproducible_and_resumes_exactly(tmp_path):
     shutil.copytree(third, fourth)
     resume_population(third).learn()
     resume_population(fourth).learn()
-    assert _hashes(third, seeds) == _hashes(fourth, seeds)
+    assert member_hashes(third, seeds) == member_hashes(fourth, seeds)
     with open(os.path.join(member_dir(third, 0), "metrics.jsonl")) as fh:
         events = [json.loads(line).get("event") for line in fh]
     assert events.count("interrupted") == 1 and events.count("resumed") == 1 and events.count("finished") == 1
@@ -223,7 +215,7 @@ def test_jobs_trains_groups_in_processes_interrupts_and_resumes(tmp_path):
     alone = str(tmp_path / "alone")
     subprocess.run([sys.executable, "-c", ONE_THREAD_POPULATION, cfg_path, "0,1", alone, "total_timesteps=512",
                     *sets], check=True, env=dict(os.environ, GLOG_v="3"))
-    assert _hashes(alone, [0, 1]) == _hashes(str(run_dir), [0, 1])
+    assert member_hashes(alone, [0, 1]) == member_hashes(str(run_dir), [0, 1])
     with pytest.raises(Exception, match="trained in 2 processes"):
         resume_population(str(run_dir))
 
@@ -251,6 +243,6 @@ def test_jobs_trains_groups_in_processes_interrupts_and_resumes(tmp_path):
     for d in (stopped, copy):
         r = msrl("train", "--resume", d, "--quiet")
         assert r.returncode == 0, r.stderr
-    assert _hashes(str(stopped), [0, 1, 2]) == _hashes(str(copy), [0, 1, 2])
+    assert member_hashes(str(stopped), [0, 1, 2]) == member_hashes(str(copy), [0, 1, 2])
     r = msrl("train", "--resume", stopped)
     assert r.returncode == 0 and "already finished" in r.stdout, r.stdout + r.stderr
