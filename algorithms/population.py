@@ -67,9 +67,12 @@ class PPOPopulation(Population):
         super().__init__(members, run_dirs, run_dir, whole)
         m0 = members[0]
         self.spec, self.c = m0.spec, m0.cfg.algo
-        if m0.spec.obs_kind != "Box" or m0.agent.encoded or not supported_distribution(m0.distribution):
-            raise ConfigError(f"--seeds: a population trains Box observations with Discrete or Box actions; "
-                              f"{m0.cfg.env.id} has {m0.spec.obs_kind} observations and {m0.spec.act_kind} actions")
+        images = m0.agent.encoded and len(m0.agent.actor.first.trainable_params()) > 0
+        if images or not supported_distribution(m0.distribution):
+            raise ConfigError(f"--seeds: a population trains Box, Discrete and Dict observations without images, "
+                              f"with Discrete or Box actions; {m0.cfg.env.id} has {m0.spec.obs_kind} observations"
+                              f"{' with images' if m0.spec.obs_kind == 'Dict' and images else ''} and "
+                              f"{m0.spec.act_kind} actions")
         counters = {tuple(m._counters().values()) for m in members}
         if len(counters) != 1:
             steps = ", ".join(f"{d}: step {m.num_timesteps}" for d, m in zip(run_dirs, members))

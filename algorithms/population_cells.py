@@ -106,8 +106,12 @@ class StackedAgent(nn.Cell):
 
     def __init__(self, agents):
         super().__init__()
-        self.actor = StackedMLP([a.actor for a in agents], "actor")
-        self.critic = StackedMLP([a.critic for a in agents], "critic")
+        # an encoded observation (one-hot, Dict keys): the members' networks behind their encoder,
+        # which has no Parameter (population.PPOPopulation refuses one that has: an image's CNN)
+        self.encoder = agents[0].actor.first if agents[0].encoded else None
+        nets = lambda which: [getattr(a, which).second if a.encoded else getattr(a, which) for a in agents]  # noqa: E731
+        self.actor = StackedMLP(nets("actor"), "actor")
+        self.critic = StackedMLP(nets("critic"), "critic")
         self.discrete = agents[0].log_std is None
         self.n_actions = agents[0].spec.n_actions
         self.log_std = None if self.discrete else stack_parameter([a.log_std for a in agents], "log_std")
@@ -120,6 +124,15 @@ class StackedAgent(nn.Cell):
         if self.normalize:
             return ops.clip_by_value((obs - mean) / ops.sqrt(var + self.norm_eps), -self.norm_clip, self.norm_clip)
         return obs
+
+    def encode(self, x):
+        """The encoder's features of rows (K, n, obs_dim) -> (K, n, features): the members' own
+        encoder's ops on the rows of all K at once (it holds no Parameter)."""
+        if self.encoder is None:
+            return x
+        k, n = x.shape[0], x.shape[1]
+        f = self.encoder(x.reshape((k * n, x.shape[2])))
+        return f.reshape((k, n, f.shape[1]))
 
 
 class StackedPPOLoss(nn.Cell):
@@ -142,7 +155,7 @@ class StackedPPOLoss(nn.Cell):
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, mean, var, clip_range,
                   clip_range_vf):
-        x = self.agent.normalized(obs, mean, var)
+        x = self.agent.encode(self.agent.normalized(obs, mean, var))
         values = self.agent.critic(x).squeeze(-1)
         out = self.agent.actor(x)
         if self.normalize_advantage and advantages.shape[1] > 1:
@@ -293,7 +306,7 @@ class PopulationRollout(nn.Cell):
         xs = [self.agents[k].normalizer(obs[k]) for k in range(self.k)]
         out = ops.stack([self.agents[k].actor(xs[k]) for k in range(self.k)])
         x = ops.stack(xs) if self.normalize else obs
-        value = self.stacked.critic(x)
+        value = self.stacked.critic(self.stacked.encode(x))
         if self.stacked.discrete:
             action = categorical_sample(out, noise)
             log_prob = categorical_log_prob(out, action)
@@ -319,7 +332,7 @@ class PopulationValue(nn.Cell):
 
     def construct(self, obs):
         x = ops.stack([self.agents[k].normalizer(obs[k]) for k in range(self.k)]) if self.normalize else obs
-        return self.stacked.critic(x).squeeze(-1)
+        return self.stacked.critic(self.stacked.encode(x)).squeeze(-1)
 
 
 def supported_distribution(dist) -> bool:

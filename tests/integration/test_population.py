@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from helpers import CONFIGS, interrupt_when, member_hashes, msrl
@@ -13,6 +14,7 @@ from mindspore import Tensor
 
 from msrl_consistent import registry
 from msrl_consistent.config import load_config
+from msrl_consistent.envs import flat_obs
 from msrl_consistent.export.exporter import export_run
 from msrl_consistent.export.verify import verify_export
 from msrl_consistent.populations import member_dir, resume_population, train_population
@@ -20,15 +22,33 @@ from msrl_consistent.populations import member_dir, resume_population, train_pop
 SMALL = {"CartPole-v1": ["total_timesteps=512", "env.n_envs=4", "algo.n_steps=32", "algo.batch_size=64",
                          "algo.n_epochs=2", "eval.freq=0", "eval.episodes=2"],
          "Pendulum-v1": ["total_timesteps=768", "env.n_envs=2", "algo.n_steps=64", "algo.batch_size=48",
-                         "algo.n_epochs=2", "eval.freq=0", "eval.episodes=1"]}
+                         "algo.n_epochs=2", "eval.freq=0", "eval.episodes=1"],
+         # Discrete observations (one-hot inside the cell), an entropy bonus (the loss through autodiff)
+         "FrozenLake-v1": ["total_timesteps=512", "env.n_envs=4", "algo.n_steps=32", "algo.batch_size=64",
+                           "algo.n_epochs=2", "eval.freq=0", "eval.episodes=2"],
+         # a Dict of Box and Discrete keys (the Dict encoder inside the cell), CartPole's recipe otherwise
+         "MsrlTestDict-v0": ["env.id=MsrlTestDict-v0", "total_timesteps=512", "env.n_envs=4", "algo.n_steps=32",
+                             "algo.batch_size=64", "algo.n_epochs=2", "eval.freq=0", "eval.episodes=2"]}
 
 
 def _config(env_id, extra=()):
-    return load_config(os.path.join(CONFIGS, "ppo", f"{env_id}.yaml"), SMALL[env_id] + list(extra))
+    import spaces_envs  # noqa: F401  (registers the test envs)
+
+    name = "CartPole-v1" if env_id.startswith("MsrlTest") else env_id
+    return load_config(os.path.join(CONFIGS, "ppo", f"{name}.yaml"), SMALL[env_id] + list(extra))
+
+
+def _observations(env_id, k, n, obs_dim, rng):
+    """(k, n, obs_dim) policy rows: a Box's scaled normal draws, other spaces' own samples."""
+    if env_id in ("CartPole-v1", "Pendulum-v1"):
+        return (rng.standard_normal((k, n, obs_dim)) * 2.0).astype(np.float32)
+    space = gym.make(env_id).observation_space
+    space.seed(int(rng.integers(1 << 31)))
+    return np.stack([np.concatenate([flat_obs(space.sample(), 1) for _ in range(n)]) for _ in range(k)])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "FrozenLake-v1", "MsrlTestDict-v0"])
 def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id):
     """After training, the population's acting graph (zero noise: the distribution's mode) gives each
     member exactly its own policy cell's actions and its MindIR export verifies bit for bit."""
@@ -41,7 +61,7 @@ def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id)
     members = population.members
     rng = np.random.default_rng(0)
     n = 64
-    obs = (rng.standard_normal((len(seeds), n, members[0].spec.obs_dim)) * 2.0).astype(np.float32)
+    obs = _observations(env_id, len(seeds), n, members[0].spec.obs_dim, rng)
     noise = np.zeros((len(seeds), n) + members[0].distribution.noise(rng, 1).shape[1:], np.float32)
     rows = population._rollout_fn(Tensor(obs), Tensor(noise)).asnumpy()
     width = int(np.prod(members[0].spec.action_shape, dtype=np.int64))
@@ -170,6 +190,7 @@ def test_sweep_trains_one_member_per_setting(tmp_path):
     (["td3/Pendulum-v1", "--seeds", "0-1", "--set", "env.normalize_obs=true"], "key 'env.normalize_obs'"),
     (["ppo/CartPole-v1", "--seeds", "0-1", "--set", "algo.target_kl=0.01"], "key 'algo.target_kl'"),
     (["ppo/Pendulum-v1-gsde", "--seeds", "0-1"], "key 'algo.use_sde'"),
+    (["ppo/MultiSensorReach-v0", "--seeds", "0-1"], "MultiSensorReach-v0 has Dict observations with images"),
     (["ppo/CartPole-v1", "--seeds", "0", "--sweep", "algo.n_steps=16,32"], "key 'algo.n_steps' cannot differ"),
     (["ppo/CartPole-v1", "--seeds", "0", "--sweep", "learning_rate=-1,1e-3"],
      "member learning_rate=-1-seed0:|key 'algo.learning_rate' has value -1"),
