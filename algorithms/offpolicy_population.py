@@ -22,7 +22,6 @@ import numpy as np
 from mindspore import Tensor
 
 from msrl_consistent import checkpoint as ckpt
-from msrl_consistent.config import ConfigError
 from msrl_consistent.envs import flat_obs, make_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 
@@ -40,11 +39,10 @@ class OffPolicyPopulation(Population):
     """The keys ``--sweep`` takes: per-member values in the stacked step."""
 
     @staticmethod
-    def check(cfg) -> None:
-        """Refuse, naming the key, a config whose members a population cannot train yet."""
-        if cfg.env.normalize_obs:
-            raise ConfigError(f"--seeds: key 'env.normalize_obs' is not supported in a {cfg.algorithm} population "
-                              f"yet (expected false)")
+    def refusal(cfg) -> Optional[str]:
+        """Why the stacked graphs cannot train this config's members (None: they can); such a
+        population trains its members one after another (population_base.SequentialPopulation)."""
+        return "key 'env.normalize_obs' is set" if cfg.env.normalize_obs else None
 
     def __init__(self, members: List, run_dirs: List[str], run_dir: str, whole: bool = True):
         super().__init__(members, run_dirs, run_dir, whole)

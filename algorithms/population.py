@@ -15,7 +15,7 @@ is msrl_consistent/populations.py's.
 from __future__ import annotations
 
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import mindspore as ms
 import numpy as np
@@ -53,26 +53,32 @@ class PPOPopulation(Population):
     """The keys ``--sweep`` takes (msrl_consistent.populations.SWEEPABLE)."""
 
     @staticmethod
-    def check(cfg) -> None:
-        """Refuse, naming the key, a config whose members a population cannot train yet."""
+    def refusal(cfg) -> Optional[str]:
+        """Why the stacked graphs cannot train this config's members (None: they can); such a
+        population trains its members one after another (population_base.SequentialPopulation)."""
+        from msrl_consistent.envs import env_spec
         c, pc, ec = cfg.algo, cfg.policy, cfg.env
-        refused = [("algo.target_kl", c.target_kl is not None, "null"), ("algo.use_sde", c.use_sde, "false"),
-                   ("policy.shared", pc.shared, "false"), ("env.frame_stack", ec.frame_stack > 1, "1"),
-                   ("policy.recurrent", pc.recurrent, "false")]
-        for key, bad, expected in refused:
+        refused = [("algo.target_kl", c.target_kl is not None), ("algo.use_sde", c.use_sde),
+                   ("policy.shared", pc.shared), ("env.frame_stack", ec.frame_stack > 1),
+                   ("policy.recurrent", pc.recurrent)]
+        for key, bad in refused:
             if bad:
-                raise ConfigError(f"--seeds: key '{key}' is not supported in a population yet (expected {expected})")
+                return f"key '{key}' is set"
+        spec = env_spec(ec)
+        if spec.obs_kind == "Image" or spec.image_parts:
+            return f"{ec.id} has {'Dict observations with images' if spec.obs_kind == 'Dict' else 'image observations'}"
+        if spec.act_kind in ("MultiDiscrete", "MultiBinary"):
+            return f"{ec.id} has {spec.act_kind} actions"
+        return None
 
     def __init__(self, members: List, run_dirs: List[str], run_dir: str, whole: bool = True):
         super().__init__(members, run_dirs, run_dir, whole)
         m0 = members[0]
         self.spec, self.c = m0.spec, m0.cfg.algo
-        images = m0.agent.encoded and len(m0.agent.actor.first.trainable_params()) > 0
-        if images or not supported_distribution(m0.distribution):
-            raise ConfigError(f"--seeds: a population trains Box, Discrete and Dict observations without images, "
-                              f"with Discrete or Box actions; {m0.cfg.env.id} has {m0.spec.obs_kind} observations"
-                              f"{' with images' if m0.spec.obs_kind == 'Dict' and images else ''} and "
-                              f"{m0.spec.act_kind} actions")
+        reason = self.refusal(m0.cfg)
+        if reason is not None or not supported_distribution(m0.distribution):
+            raise ConfigError(f"{run_dir}: the stacked population cannot train these members "
+                              f"({reason or type(m0.distribution).__name__ + ' actions'}); see populations.population_class")
         counters = {tuple(m._counters().values()) for m in members}
         if len(counters) != 1:
             steps = ", ".join(f"{d}: step {m.num_timesteps}" for d, m in zip(run_dirs, members))

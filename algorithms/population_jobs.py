@@ -89,6 +89,8 @@ def run_groups(run_dir: str, resume: bool, progress: bool = False) -> dict:
                 for i, p in enumerate(procs):
                     if codes[i] is None and p.poll() is not None:
                         codes[i] = p.returncode
+                        if codes[i] != 0 and group_finished(run_dir, groups[todo[i]]):
+                            codes[i] = 0  # a signal after its members had finished (their summaries are written)
                         if p.returncode not in (0, 130, 143) and "failed" not in stopping:
                             stopping["failed"] = i
                             forward(signal.SIGTERM)
@@ -146,17 +148,14 @@ def group_main(argv: Sequence[str]) -> int:
     import mindspore as ms
     ms.set_context(runtime_num_threads=GROUP_THREADS)
 
-    from msrl_consistent import registry
     from msrl_consistent.checkpoint import CheckpointError
     from msrl_consistent.config import load_config
     try:
         every = population_members(args.run_dir)
         dirs = [every[i] for i in groups[args.group]]
         configs = [load_config(os.path.join(d, "config.yaml")) for d in dirs]
-        members = [registry.get(c.algorithm).resume(d) if args.resume else registry.get(c.algorithm)(c)
-                   for c, d in zip(configs, dirs)]
         cls = population_class(configs[0], sorted({c.seed for c in configs}))  # a sweep repeats its seeds
-        cls(members, dirs, args.run_dir, whole=False).learn(args.progress)
+        cls.build(configs, dirs, args.run_dir, resume=args.resume, whole=False).learn(args.progress)
     except TrainingInterrupted as exc:
         return exc.exit_code
     except NonFiniteError as exc:

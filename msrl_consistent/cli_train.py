@@ -103,7 +103,10 @@ def _train_population(args) -> int:
     run_dir = args.run_dir or default_population_dir(cfg, seeds)
     grid = f", sweep {' '.join(sweep)}" if sweep else ""
     where = "in one process" if args.jobs == 1 else f"in {args.jobs} processes"
-    what = (f"training {cfg.algorithm} on {cfg.env.id}, seeds {args.seeds}{grid} ({k} members {where}, "
+    sep = ", "
+    if getattr(cls, "reason", ""):  # SequentialPopulation: the stacked graphs cannot train this config
+        where, sep = f"{where}, one after another because {cls.reason}", "; "
+    what = (f"training {cfg.algorithm} on {cfg.env.id}, seeds {args.seeds}{grid} ({k} members {where}{sep}"
             f"{cfg.total_timesteps} steps each)")
     return _learn_population(lambda: train_population(cfg, seeds, run_dir, progress=not args.quiet, sweep=sweep,
                                                       jobs=args.jobs), run_dir, args.quiet, what)
@@ -192,9 +195,8 @@ def _resume_population(args, run_dir: str) -> int:
         return _learn_population(lambda: run_groups(run_dir, resume=True, progress=not args.quiet), run_dir,
                                  args.quiet, f"resuming population {run_dir} in {len(groups)} processes")
     population = resume_population(run_dir)
-    m0 = population.members[0]
     return _learn_population(lambda: population.learn(progress=not args.quiet), run_dir, args.quiet,
-                             f"resuming population {run_dir} (step {m0.num_timesteps} of {m0.cfg.total_timesteps})")
+                             f"resuming population {run_dir} ({population.describe()})")
 
 
 def _check_rank_files(run_dir: str, workers: int, quiet: bool) -> None:

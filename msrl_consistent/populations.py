@@ -146,7 +146,10 @@ def not_a_member(path: str) -> None:
 
 
 def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1):
-    """The algorithm's population class, after refusing what it cannot train (ConfigError)."""
+    """The algorithm's population class, after refusing what it cannot train (ConfigError): its
+    stacked population, or where that cannot train the config (the class's ``refusal``) the
+    members one after another (algorithms/population_base.SequentialPopulation, whose ``reason``
+    says why)."""
     from . import registry
     check_seeds(seeds)
     if workers > 1:
@@ -156,8 +159,8 @@ def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1):
     if cls is None:
         raise ConfigError(f"--seeds: {cfg.algorithm} has no population training (ppo, sac and td3 have); train one "
                           f"run per seed")
-    cls.check(cfg)
-    return cls
+    reason = cls.refusal(cfg)
+    return cls if reason is None else cls.one_after_another(reason)
 
 
 def default_population_dir(cfg: Config, seeds: Sequence[int]) -> str:
@@ -184,7 +187,6 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
     many processes of contiguous groups of members (the population class's ``run_groups``,
     PPO's: algorithms/population_jobs.py); returns the population
     summary."""
-    from . import registry
     from .checkpoint import atomic_write_text
     from .runlock import new_run_dir
 
@@ -198,6 +200,7 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
     with new_run_dir(run_dir):
         names = [member_name(s) for s in settings]
         info = {"algorithm": cfg.algorithm, "env": cfg.env.id, "sweep": {k: v for k, v in axes},
+                "training": f"one after another ({cls.reason})" if getattr(cls, "reason", "") else "stacked",
                 "members": [{"run_dir": name, **setting} for name, setting in zip(names, settings)]}
         if jobs > 1:
             info["groups"] = groups
@@ -225,7 +228,7 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
                     remove_untrained()
                 raise
         try:
-            population = cls([registry.get(c.algorithm)(c) for c in configs], dirs, run_dir)
+            population = cls.build(configs, dirs, run_dir)
         except BaseException:
             remove_untrained()
             raise
@@ -287,19 +290,18 @@ def population_summary_done(run_dir: str) -> bool:
 
 
 def resume_population(run_dir: str):
-    """The population of ``run_dir``, every member from its newest intact checkpoint (they must
-    share its step); ``.learn()`` trains it on."""
-    from . import registry
+    """The population of ``run_dir``, every member from its newest intact checkpoint (a stacked
+    population's members must share its step; one trained member after member resumes the
+    unfinished ones in turn); ``.learn()`` trains it on."""
     dirs = population_members(run_dir)
     groups = read_population(run_dir).get("groups")
     if groups:
         raise ConfigError(f"{run_dir} was trained in {len(groups)} processes (population.json's groups); resume it "
                           f"with: msrl train --resume {run_dir}")
-    members = []
+    configs = []
     for d in dirs:
         if not os.path.isfile(os.path.join(d, "config.yaml")):
             raise ConfigError(f"{run_dir}: member {d} has no config.yaml")
-        cfg = load_config(os.path.join(d, "config.yaml"))
-        members.append(registry.get(cfg.algorithm).resume(d))
-    cls = population_class(members[0].cfg, sorted({m.cfg.seed for m in members}))  # a sweep repeats its seeds
-    return cls(members, dirs, run_dir)
+        configs.append(load_config(os.path.join(d, "config.yaml")))
+    cls = population_class(configs[0], sorted({c.seed for c in configs}))  # a sweep repeats its seeds
+    return cls.build(configs, dirs, run_dir, resume=True)
