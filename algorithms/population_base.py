@@ -98,10 +98,13 @@ class SequentialPopulation(Population):
     reason = ""
     """Why the members are not stacked (set by :meth:`of`)."""
 
+    sweepable = None
+    """``--sweep`` takes any ``algo.`` key: each member is built from its own config."""
+
     @classmethod
     def of(cls, stacked: type, reason: str) -> type:
         """The sequential population of the algorithm whose stacked population is ``stacked``."""
-        return type(f"Sequential{stacked.__name__}", (cls,), {"sweepable": stacked.sweepable, "reason": reason})
+        return type(f"Sequential{stacked.__name__}", (cls,), {"reason": reason})
 
     @classmethod
     def build(cls, configs: List, run_dirs: List[str], run_dir: str, resume: bool = False,

@@ -37,6 +37,7 @@ from msrl_consistent.populations import (
     population_groups,
     population_members,
     population_summary,
+    read_population,
 )
 
 GROUP_THREADS = 1
@@ -154,7 +155,8 @@ def group_main(argv: Sequence[str]) -> int:
         every = population_members(args.run_dir)
         dirs = [every[i] for i in groups[args.group]]
         configs = [load_config(os.path.join(d, "config.yaml")) for d in dirs]
-        cls = population_class(configs[0], sorted({c.seed for c in configs}))  # a sweep repeats its seeds
+        cls = population_class(configs[0], sorted({c.seed for c in configs}),  # a sweep repeats its seeds
+                               sweep=list(read_population(args.run_dir).get("sweep", {})))
         cls.build(configs, dirs, args.run_dir, resume=args.resume, whole=False).learn(args.progress)
     except TrainingInterrupted as exc:
         return exc.exit_code

@@ -224,8 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train one member per seed (0-4, or 0,3,7) in one process (see --jobs), a population (PPO); RUN_DIR "
                         "then holds one run directory per member (docs/populations.md)")
     t.add_argument("--sweep", action="append", metavar="KEY=V1,V2",
-                   help="with --seeds: one member per value (a grid when repeated) of algo.learning_rate, clip_range, "
-                        "ent_coef, vf_coef, gamma, gae_lambda or max_grad_norm")
+                   help="with --seeds: one member per value (a grid when repeated) of an algo key; "
+                        "learning_rate, clip_range, ent_coef, vf_coef, gamma, gae_lambda and max_grad_norm (SAC/TD3: "
+                        "learning_rate, gamma, tau) keep the members stacked, any other key trains them one after "
+                        "another")
     t.add_argument("--jobs", type=int, default=1,
                    help="with --seeds: train the members in this many processes, each a group of them with one "
                         "kernel thread on its own core (2 uses both cores of a 2-core machine)")

@@ -96,8 +96,8 @@ def _train_population(args) -> int:
     if args.device is not None:
         overrides.append(f"device={args.device}")
     cfg = resolve(args.config, None, args.total_timesteps, overrides)
-    cls = population_class(cfg, seeds, args.workers)
     sweep = list(args.sweep or [])
+    cls = population_class(cfg, seeds, args.workers, sweep)
     k = len(member_configs(cfg, member_settings(seeds, parse_sweep(sweep, cls.sweepable))))  # every member valid, before writing
     split_groups(k, args.jobs)
     run_dir = args.run_dir or default_population_dir(cfg, seeds)

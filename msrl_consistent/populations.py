@@ -53,18 +53,24 @@ SWEEPABLE = ("algo.learning_rate", "algo.clip_range", "algo.ent_coef", "algo.vf_
 (or, gamma and gae_lambda, per-member columns of the host-side GAE)."""
 
 
-def parse_sweep(specs: Sequence[str], sweepable: Sequence[str] = SWEEPABLE) -> List[Tuple[str, List[Any]]]:
+def sweep_key(spec: str) -> str:
+    """The config key of one ``--sweep KEY=V1,V2`` (``algo.`` optional)."""
+    key = spec.partition("=")[0].strip()
+    return key if key.startswith("algo.") else f"algo.{key}"
+
+
+def parse_sweep(specs: Sequence[str], sweepable: Optional[Sequence[str]] = SWEEPABLE) -> List[Tuple[str, List[Any]]]:
     """``["algo.learning_rate=1e-3,3e-4", ...]`` (``algo.`` optional) -> [(key, values)], one
     axis of the grid each, values read as numbers (``_number``); the keys must be in
-    ``sweepable`` (the population class's ``sweepable``: PPO's are SWEEPABLE)."""
+    ``sweepable`` (the population class's ``sweepable``: PPO's are SWEEPABLE; None: any key, for
+    members trained one after another, whose configs are checked member by member)."""
     axes: List[Tuple[str, List[Any]]] = []
     for spec in specs:
         key, sep, raw = spec.partition("=")
-        key = key.strip()
-        key = key if key.startswith("algo.") else f"algo.{key}"
+        key = sweep_key(spec)
         if not sep or not raw.strip():
             raise ConfigError(f"--sweep {spec}: expected KEY=VALUE,VALUE,... (for example algo.learning_rate=1e-3,3e-4)")
-        if key not in sweepable:
+        if sweepable is not None and key not in sweepable:
             raise ConfigError(f"--sweep {spec}: key '{key}' cannot differ between members; expected one of "
                               f"{', '.join(sweepable)}")
         if key in [k for k, _ in axes]:
@@ -145,11 +151,11 @@ def not_a_member(path: str) -> None:
                           f"{', '.join(os.path.join(path, m) for m in members[:3])}{' ...' if len(members) > 3 else ''}")
 
 
-def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1):
+def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1, sweep: Sequence[str] = ()):
     """The algorithm's population class, after refusing what it cannot train (ConfigError): its
-    stacked population, or where that cannot train the config (the class's ``refusal``) the
-    members one after another (algorithms/population_base.SequentialPopulation, whose ``reason``
-    says why)."""
+    stacked population, or where that cannot train the config (the class's ``refusal``) or the
+    ``sweep`` (``--sweep`` specs or keys) varies a key the stacked members share, the members one
+    after another (algorithms/population_base.SequentialPopulation, whose ``reason`` says why)."""
     from . import registry
     check_seeds(seeds)
     if workers > 1:
@@ -160,6 +166,9 @@ def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1):
         raise ConfigError(f"--seeds: {cfg.algorithm} has no population training (ppo, sac and td3 have); train one "
                           f"run per seed")
     reason = cls.refusal(cfg)
+    shared = [k for k in map(sweep_key, sweep) if k not in cls.sweepable]
+    if reason is None and shared:
+        reason = f"--sweep varies key '{shared[0]}', which stacked members share"
     return cls if reason is None else cls.one_after_another(reason)
 
 
@@ -190,7 +199,7 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
     from .checkpoint import atomic_write_text
     from .runlock import new_run_dir
 
-    cls = population_class(cfg, seeds)
+    cls = population_class(cfg, seeds, sweep=sweep)
     axes = parse_sweep(sweep, cls.sweepable)
     settings = member_settings(seeds, axes)
     configs = member_configs(cfg, settings)
@@ -303,5 +312,6 @@ def resume_population(run_dir: str):
         if not os.path.isfile(os.path.join(d, "config.yaml")):
             raise ConfigError(f"{run_dir}: member {d} has no config.yaml")
         configs.append(load_config(os.path.join(d, "config.yaml")))
-    cls = population_class(configs[0], sorted({c.seed for c in configs}))  # a sweep repeats its seeds
+    cls = population_class(configs[0], sorted({c.seed for c in configs}),  # a sweep repeats its seeds
+                           sweep=list(read_population(run_dir).get("sweep", {})))
     return cls.build(configs, dirs, run_dir, resume=True)

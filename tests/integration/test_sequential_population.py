@@ -76,3 +76,21 @@ def test_interrupted_member_resumes_and_the_rest_train_after_it(tmp_path, monkey
     with open(os.path.join(member_dir(stopped, 0), "metrics.jsonl")) as fh:
         events = [json.loads(line).get("event") for line in fh]
     assert events.count("interrupted") == 1 and events.count("resumed") == 1 and events.count("finished") == 1
+
+
+@pytest.mark.slow
+def test_sweep_of_a_shape_key_trains_members_one_after_another(tmp_path):
+    sets = [a for kv in SMALL if not kv.startswith("algo.n_steps") for a in ("--set", kv)]
+    pop = tmp_path / "sweep"
+    r = msrl("train", "ppo/CartPole-v1", "--seeds", "0", "--sweep", "n_steps=16,32", *sets, "--run-dir", pop)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "one after another because --sweep varies key 'algo.n_steps'" in r.stdout, r.stdout
+    for n_steps in (16, 32):
+        d = pop / f"n_steps={n_steps}-seed0"
+        assert load_config(str(d / "config.yaml")).algo.n_steps == n_steps
+        # 512 steps of 4 envs: 8 rollouts of 16 steps or 4 of 32, 2 epochs of 64-row minibatches each
+        assert _summary(d)["n_updates"] == 2 * 512 // 64
+    os.unlink(pop / "summary.json")  # as if stopped after its last member: the resume reads the sweep from
+    r = msrl("train", "--resume", pop)  # population.json, skips the finished members and writes the summary
+    assert r.returncode == 0 and "members one after another, 2 of 2 finished" in r.stdout, r.stdout + r.stderr
+    assert set(_summary(pop)["members"]) == {"n_steps=16-seed0", "n_steps=32-seed0"}
