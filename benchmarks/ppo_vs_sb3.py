@@ -105,9 +105,24 @@ def sb3_worker(args):
                 ent_coef=float(algo.get("ent_coef", 0.0)), vf_coef=float(algo.get("vf_coef", 0.5)),
                 max_grad_norm=float(algo.get("max_grad_norm", 0.5)), policy_kwargs=policy_kwargs,
                 seed=seed, device="cpu", verbose=0, **opt)
+    phases = {"rollout": 0.0, "update": 0.0}  # SB3's two phases, timed around its own methods
+
+    def timer(name, f):
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                phases[name] += time.perf_counter() - t
+        return timed
+
+    model.collect_rollouts = timer("rollout", model.collect_rollouts)
+    model.train = timer("update", model.train)
     t1 = time.perf_counter()
     model.learn(total_timesteps=args.total_timesteps)
     t2 = time.perf_counter()
+    minibatches = model._n_updates * -(-model.n_steps * model.n_envs // model.batch_size)  # epochs x minibatches
+    steps = model.num_timesteps // model.n_envs
     n_eval = args.eval_episodes
     base = seed + int(cfg.get("eval", {}).get("seed_offset", 10000))
     eval_env = make_vec_env(env.get("id", "CartPole-v1"), n_envs=n_eval, vec_env_cls=DummyVecEnv,
@@ -121,7 +136,9 @@ def sb3_worker(args):
     print(json.dumps({"threads": torch.get_num_threads(), "torch": torch.__version__, "sb3": sb3_version,
                       "setup_s": t1 - t0, "train_s": t2 - t1, "eval_s": t3 - t2,
                       "steps": int(model.num_timesteps), "steps_per_second": model.num_timesteps / (t2 - t1),
-                      "mean_return": float(sum(returns) / len(returns)), "returns": [float(r) for r in returns]}))
+                      "mean_return": float(sum(returns) / len(returns)), "returns": [float(r) for r in returns],
+                      "phase_seconds": phases, "update_ms_per_minibatch": phases["update"] / minibatches * 1e3,
+                      "rollout_ms_per_vector_step": phases["rollout"] / steps * 1e3}))
 
 
 def run(label, cmd, env=None):
@@ -255,6 +272,16 @@ def main():
                   + f" | {fmt(r.get('update_ms_per_minibatch'), 2)} | {fmt(r.get('acting_ms_per_vector_step'), 3)} |")
     else:
         print("\n(msrl summary.json has no phase_seconds/startup_s yet: no phase breakdown)")
+    sb3_phased = [r for r in results if r["side"].startswith("sb3") and "phase_seconds" in r]
+    if sb3_phased:
+        print("\nSB3 phases (s, around its collect_rollouts and train; rollout = acting + env, msrl's acting + env; "
+              "update per minibatch includes the first):\n")
+        print("| seed | rep | side | rollout | update | update ms/minibatch | rollout ms/vector step |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for r in sb3_phased:
+            ph = r["phase_seconds"]
+            print(f"| {r['seed']} | {r['repeat']} | {r['side']} | {fmt(ph['rollout'])} | {fmt(ph['update'])} | "
+                  f"{fmt(r['update_ms_per_minibatch'], 2)} | {fmt(r['rollout_ms_per_vector_step'], 3)} |")
     ratios = [g["ratio"] for g in groups]
     print(f"\nmsrl wall / min(SB3 1 thread, SB3 {n_thr} threads): median {statistics.median(ratios):.2f} "
           f"over {len(ratios)} comparison(s) (msrl run dirs in {work})")
