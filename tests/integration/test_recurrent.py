@@ -1,6 +1,7 @@
 """Recurrent PPO (policy.recurrent): the LSTM's arithmetic, the state convention, the update over
 whole sequences, acting == the policy cell, reproducibility, the carried state of a deployed
 policy and the refusals."""
+import json
 import os
 
 import numpy as np
@@ -203,7 +204,15 @@ def test_recurrent_off_policy_is_refused():
         registry.get(cfg.algorithm)(cfg)
 
 
-def test_population_of_recurrent_runs_is_refused(tmp_path):
-    r = msrl("train", os.path.join(CONFIGS, CONFIG), "--seeds", "0-1", "--run-dir", str(tmp_path / "pop"))
-    assert r.returncode == 2
-    assert "policy.recurrent" in r.stderr and "Traceback" not in r.stderr
+@pytest.mark.slow
+def test_population_of_recurrent_runs_trains_members_one_after_another(tmp_path):
+    sets = [a for kv in SMALL for a in ("--set", kv)]
+    pop = tmp_path / "pop"
+    r = msrl("train", os.path.join(CONFIGS, CONFIG), "--seeds", "0-1", *sets, "--run-dir", str(pop))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "one after another because key 'policy.recurrent' is set" in r.stdout, r.stdout
+    single = tmp_path / "single"
+    r = msrl("train", os.path.join(CONFIGS, CONFIG), "--seed", "1", *sets, "--run-dir", str(single), "--quiet")
+    assert r.returncode == 0, r.stderr
+    with open(pop / "seed1" / "summary.json") as a, open(single / "summary.json") as b:
+        assert json.load(a)["params_sha256"] == json.load(b)["params_sha256"]
