@@ -53,9 +53,10 @@ class PPOPopulation(Population):
     """The keys ``--sweep`` takes (msrl_consistent.populations.SWEEPABLE)."""
 
     @staticmethod
-    def refusal(cfg) -> Optional[str]:
+    def refusal(cfg, spec=None) -> Optional[str]:
         """Why the stacked graphs cannot train this config's members (None: they can); such a
-        population trains its members one after another (population_base.SequentialPopulation)."""
+        population trains its members one after another (population_base.SequentialPopulation).
+        ``spec``: the env's SpaceSpec where the caller has it (else made from the config)."""
         from msrl_consistent.envs import env_spec
         c, pc, ec = cfg.algo, cfg.policy, cfg.env
         refused = [("algo.target_kl", c.target_kl is not None), ("algo.use_sde", c.use_sde),
@@ -64,7 +65,7 @@ class PPOPopulation(Population):
         for key, bad in refused:
             if bad:
                 return f"key '{key}' is set"
-        spec = env_spec(ec)
+        spec = spec or env_spec(ec)
         if spec.obs_kind == "Image" or spec.image_parts:
             return f"{ec.id} has {'Dict observations with images' if spec.obs_kind == 'Dict' else 'image observations'}"
         if spec.act_kind in ("MultiDiscrete", "MultiBinary"):
@@ -75,7 +76,7 @@ class PPOPopulation(Population):
         super().__init__(members, run_dirs, run_dir, whole)
         m0 = members[0]
         self.spec, self.c = m0.spec, m0.cfg.algo
-        reason = self.refusal(m0.cfg)
+        reason = self.refusal(m0.cfg, m0.spec)
         if reason is not None or not supported_distribution(m0.distribution):
             raise ConfigError(f"{run_dir}: the stacked population cannot train these members "
                               f"({reason or type(m0.distribution).__name__ + ' actions'}); see populations.population_class")

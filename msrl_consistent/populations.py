@@ -66,7 +66,7 @@ def parse_sweep(specs: Sequence[str], sweepable: Optional[Sequence[str]] = SWEEP
     members trained one after another, whose configs are checked member by member)."""
     axes: List[Tuple[str, List[Any]]] = []
     for spec in specs:
-        key, sep, raw = spec.partition("=")
+        _, sep, raw = spec.partition("=")
         key = sweep_key(spec)
         if not sep or not raw.strip():
             raise ConfigError(f"--sweep {spec}: expected KEY=VALUE,VALUE,... (for example algo.learning_rate=1e-3,3e-4)")
