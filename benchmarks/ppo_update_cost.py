@@ -8,7 +8,10 @@ loop (one graph call per minibatch, what data-parallel runs use), on one synthet
 the config's size, ms per minibatch (median over rounds; each round runs 3 phases per path).
 Acting: the rollout cell through nn.Cell.__call__, through FastCall, and through FastCall with
 its outputs packed into one matrix (what the training loop runs), ms per vector step (graph call
-+ every output to NumPy).
++ every output to NumPy). Then where that call's floor is: a graph of one kernel through the same
+path (what any graph call costs), and the packed call when the host worked 0.3 ms or 1 ms
+between calls (busy-waiting, untimed), as the training loop does while the environments step:
+MindSpore's runtime threads fall idle between calls, and waking them is part of the call.
 """
 from __future__ import annotations
 
@@ -43,18 +46,71 @@ def synthetic_rollout(algo):
     return buf
 
 
+def acting_costs(fused, rounds: int) -> dict:
+    """ms per vector step of each acting path, one list (a median per round) per path."""
+    from mindspore import Tensor, nn
+
+    from msrl_consistent.algorithms.on_policy import PackedRollout, unpack_rollout
+    from msrl_consistent.fastcall import FastCall
+
+    n = fused.cfg.env.n_envs
+    obs = np.random.default_rng(2).normal(size=(n, fused.spec.obs_dim)).astype(np.float32)
+    fast = FastCall(fused.rollout_cell)
+    packed = FastCall(PackedRollout(fused.rollout_cell))
+    act_shape = () if fused.spec.discrete else (fused.spec.n_actions,)
+
+    def plain_step():
+        return [o.asnumpy() for o in fused.rollout_cell(Tensor(obs), Tensor(fused.sample_noise(n)))]
+
+    def fast_step():
+        return [o.asnumpy() for o in fast(Tensor(obs), Tensor(fused.sample_noise(n)))]
+
+    def packed_step():  # what the training loop does
+        return unpack_rollout(packed(Tensor(obs), Tensor(fused.sample_noise(n))).asnumpy(), act_shape,
+                              fused.spec.discrete)
+
+    class OneKernel(nn.Cell):
+        def construct(self, x, noise):
+            return x * 2.0
+
+    one = FastCall(OneKernel())
+
+    def one_kernel_step():
+        return one(Tensor(obs), Tensor(fused.sample_noise(n))).asnumpy()
+
+    def busy(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    plain_step(), fast_step(), packed_step(), one_kernel_step()
+    paths = (("Cell.__call__", plain_step, 0.0), ("FastCall", fast_step, 0.0),
+             ("FastCall, one packed output (the loop's)", packed_step, 0.0),
+             ("a graph of one kernel, FastCall (a call's floor)", one_kernel_step, 0.0),
+             ("packed, 0.3 ms of host work between calls", packed_step, 3e-4),
+             ("packed, 1 ms of host work between calls", packed_step, 1e-3))
+    acting = {name: [] for name, _, _ in paths}
+    for _ in range(rounds):
+        for name, fn, gap in paths:
+            times = []
+            for _ in range(300):
+                busy(gap)
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            acting[name].append(statistics.median(times) * 1e3)
+
+    return acting
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default=os.path.join(os.path.dirname(HERE), "configs", "ppo", "CartPole-v1.yaml"))
     p.add_argument("--rounds", type=int, default=6)
     args = p.parse_args()
 
-    from mindspore import Tensor
-
     from msrl_consistent import registry
-    from msrl_consistent.algorithms.on_policy import PackedRollout, unpack_rollout
     from msrl_consistent.config import load_config
-    from msrl_consistent.fastcall import FastCall
 
     cfg = load_config(args.config, ["log.tensorboard=false"])
     fused = registry.get("ppo")(cfg)
@@ -74,40 +130,16 @@ def main() -> None:
                 algo.train(buf)
             update[name].append((time.perf_counter() - t0) / (algo.n_updates - n0) * 1e3)
 
-    n = cfg.env.n_envs
-    obs = np.random.default_rng(2).normal(size=(n, fused.spec.obs_dim)).astype(np.float32)
-    fast = FastCall(fused.rollout_cell)
-    packed = FastCall(PackedRollout(fused.rollout_cell))
-    act_shape = () if fused.spec.discrete else (fused.spec.n_actions,)
+    acting = acting_costs(fused, args.rounds)
 
-    def plain_step():
-        return [o.asnumpy() for o in fused.rollout_cell(Tensor(obs), Tensor(fused.sample_noise(n)))]
-
-    def fast_step():
-        return [o.asnumpy() for o in fast(Tensor(obs), Tensor(fused.sample_noise(n)))]
-
-    def packed_step():  # what the training loop does
-        return unpack_rollout(packed(Tensor(obs), Tensor(fused.sample_noise(n))).asnumpy(), act_shape,
-                              fused.spec.discrete)
-
-    plain_step(), fast_step(), packed_step()
-    acting = {"Cell.__call__": [], "FastCall": [], "FastCall, one packed output (the loop's)": []}
-    for _ in range(args.rounds):
-        for name, fn in (("Cell.__call__", plain_step), ("FastCall", fast_step),
-                         ("FastCall, one packed output (the loop's)", packed_step)):
-            t0 = time.perf_counter()
-            for _ in range(300):
-                fn()
-            acting[name].append((time.perf_counter() - t0) / 300 * 1e3)
-
-    c = cfg.algo
+    c, n = cfg.algo, cfg.env.n_envs
     print(f"{os.path.relpath(args.config)}: rollout {c.n_steps} x {n} envs, batch {c.batch_size}, "
           f"{c.n_epochs} epochs; {args.rounds} interleaved rounds\n")
     print("| path | ms per minibatch (median) | range | first phase (compiles) s |")
     print("| --- | --- | --- | --- |")
     for name, v in update.items():
         print(f"| update, {name} | {statistics.median(v):.3f} | {min(v):.3f}-{max(v):.3f} | {compile_s[name]:.2f} |")
-    print("\n| path | ms per vector step (median) | range |")
+    print("\n| path | ms per vector step (median of per-round medians) | range |")
     print("| --- | --- | --- |")
     for name, v in acting.items():
         print(f"| acting, {name} | {statistics.median(v):.3f} | {min(v):.3f}-{max(v):.3f} |")
