@@ -25,7 +25,9 @@ import numpy as np
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import compare_actions, default_atol, golden_check
+from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.episodes import run_episodes
+from msrl_consistent.export.exact import describe, float64_reference
 from msrl_consistent.runtime import TrainCellPolicy, load_policy
 
 FP16_MAX_RETURN_DROP = 0.05
@@ -99,6 +101,13 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
         sens = compare_actions(whole, g_act, discrete, 0.0)
         golden["batch_sensitivity"] = {"batch": int(len(g_obs)),
                                        **{k: sens[k] for k in ("max_abs_error", "agreement", "bit_identical") if k in sens}}
+
+    if export.state_size and backend != "mindspore" and precision == "fp32" and "sequences" in golden \
+            and not golden.get("output_mismatch"):
+        # Is a state error float32 rounding? Both float32 runs against the graph in float64.
+        seqs = export.golden_sequences()
+        run = run_sequences(policy, seqs["obs"], seqs["episode_starts"])
+        golden["float64_reference"] = float64_reference(export_dir, seqs, (run["h"], run["c"]), export.state_size)
 
     report = {"export_dir": os.path.abspath(export_dir), "backend": backend, "precision": precision,
               "atol": atol, "integrity": {"checked": sorted(hashes), "passed": True}, "golden": golden}
@@ -199,6 +208,8 @@ def render_markdown(r: dict) -> str:
               "max_h_error", "max_c_error", "max_state_error_scaled", "first_mismatch", "first_divergence"):
         if k in g:
             lines.append(f"| {k} | {g[k]} |")
+    if "float64_reference" in g:
+        lines.append(f"| float64 reference | {describe(g['float64_reference'])} |")
     if "batch_sensitivity" in g:
         bs = g["batch_sensitivity"]
         lines.append(f"| batch sensitivity (all {bs['batch']} in one call vs batch {g.get('batch')}) | "

@@ -138,6 +138,9 @@ def cmd_verify(args) -> int:
                   f"deployed loop, max error h {g.get('max_h_error', float('nan')):.3g} c {g.get('max_c_error', float('nan')):.3g} "
                   f"(scaled {g.get('max_state_error_scaled', float('nan')):.3g}), first divergence "
                   f"{g.get('first_divergence')}")
+        if "float64_reference" in g:
+            from msrl_consistent.export.exact import describe
+            print(f"  {describe(g['float64_reference'])}")
         roll = report["rollouts"]
         if roll:
             print(f"  rollouts: {rollout_summary(report)}, return exported "

@@ -60,6 +60,30 @@ def test_verify_mindspore_bitwise_and_onnxruntime_within_atol(exported):
     assert verify_export(out, backend="mindspore", episodes=0, write_report=False)["golden"]["max_state_error"] == 0.0
 
 
+def test_float64_reference_tells_rounding_from_a_fault(exported):
+    """verify on ONNX Runtime measures both float32 runs against the exported graph made float64:
+    the twin computes the same function (states within float32 rounding of the training cell's),
+    a backend no farther from it than the training cell is called rounding, a perturbed one not."""
+    from msrl_consistent.export.exact import describe, float64_reference, float64_states
+
+    _, out = exported
+    ref = verify_export(out, backend="onnxruntime", episodes=0, write_report=False)["golden"]["float64_reference"]
+    assert 0 < ref["training_cell"]["max_c_error"] < 1e-5 and ref["backend"]["max_h_error"] < 1e-5
+    assert "float64 reference" in describe(ref)
+    assert "float64_reference" not in verify_export(out, backend="mindspore", episodes=0, write_report=False)["golden"]
+    g = deploy.open_export(out).golden_sequences()
+    exact = float64_states(os.path.join(out, "actor.onnx"), g["obs"], g["episode_starts"], 16)
+    assert exact[0].dtype == np.float64 and exact[0].shape == g["h"].shape
+    assert float64_reference(out, g, (g["h"], g["c"]), 16)["rounding"]
+    off = float64_reference(out, g, (g["h"] + np.float32(1e-4), g["c"]), 16)
+    assert not off["rounding"] and off["backend"]["max_h_error"] > 9e-5 and "farther" in describe(off)
+    os.rename(os.path.join(out, "actor.onnx"), os.path.join(out, "actor.onnx.away"))
+    try:
+        assert "actor.onnx" in float64_reference(out, g, (g["h"], g["c"]), 16)["skipped"]
+    finally:
+        os.rename(os.path.join(out, "actor.onnx.away"), os.path.join(out, "actor.onnx"))
+
+
 def _not_fed_back(monkeypatch):
     update = rec.RecurrentState.update
     monkeypatch.setattr(rec.RecurrentState, "update", lambda self, h, c: update(self, np.zeros_like(h), np.zeros_like(c)))
