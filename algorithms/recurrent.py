@@ -25,7 +25,6 @@ from mindspore import Tensor, nn, ops
 from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.config import ConfigError
 from msrl_consistent.networks.lstm import LSTM
-from msrl_consistent.networks.mlp import Tanh
 
 from .ppo_update import ClippedObjective
 
@@ -99,7 +98,6 @@ class PairedUnroll(nn.Cell):
         self.steps = steps
         self.hidden = actor.hidden
         self.bmm = ops.BatchMatMul(transpose_b=True)
-        self.tanh = Tanh()
 
     def construct(self, x, episode_starts, state0):
         """x (B * T, D) env-major, episode_starts (B, T), state0 (B, 4n) -> the actor's and the
@@ -117,10 +115,10 @@ class PairedUnroll(nn.Cell):
         outs = []
         for t in range(steps):
             keep = keep_all[:, t:t + 1]
-            y = ops.sigmoid(gx[:, :, t] + self.bmm(h * keep, w_hh))
+            y = self.actor.sigmoid(gx[:, :, t] + self.bmm(h * keep, w_hh))  # LSTM.cell's activations
             i, f, s, o = ops.split(y, n, axis=-1)
             c = f * (c * keep) + i * (2.0 * s - 1.0)
-            h = o * self.tanh(c)
+            h = o * self.actor.tanh_c(c)
             outs.append(h)
         feats = ops.stack(outs, 2).reshape((2, b * steps, n))
         return feats[0], feats[1]

@@ -29,6 +29,8 @@ CASES = {
                                  ["algo.batch_size=64", "algo.n_epochs=4", "algo.target_kl=0.01"]),
     # continuous, observation normalization, 4 envs x 1024 steps, batch 64
     "ppo-pendulum": ("ppo/Pendulum-v1.yaml", 8192, []),
+    # recurrent: LSTM actor and critic, 32-step sequences through backprop in time, reward normalization
+    "ppo-cartpolenovel-lstm": ("ppo/CartPoleNoVel-v1-lstm.yaml", 4096, []),
     "sac-pendulum": ("sac/Pendulum-v1.yaml", 1000, []),
     "td3-pendulum": ("td3/Pendulum-v1.yaml", 1000, ["algo.learning_starts=200", "algo.train_freq=100",
                                                     "algo.gradient_steps=100"]),

@@ -6,7 +6,8 @@ tolerance over a 500-step sequence. To tell that from a deployment fault, the ex
 made float64 (every float tensor, value type, Cast target and constant) and run on the golden
 observations by ONNX's reference evaluator (NumPy; code neither runtime shares), the state fed back
 at every step. Both float32 runs are then measured against it: when the backend is as close to the
-float64 states as the training cell is, their difference is float32 rounding carried through the
+float64 states as the training cell is (within twice its distance: two correct float32 evaluations
+differ in which of them rounds closer), their difference is float32 rounding carried through the
 state, not a fault of the deployed graph or loop. The reference replays the golden observations:
 it measures the state along the training cell's trajectory.
 """
@@ -85,7 +86,8 @@ def _errors(h, c, exact) -> Dict[str, float]:
 def float64_reference(export_dir: str, golden: Dict[str, np.ndarray], backend_states: Tuple[np.ndarray, np.ndarray],
                       hidden: int) -> dict:
     """The training cell's (golden) and the backend's states against the float64 twin's, and the
-    verdict: 'rounding' when the backend is no farther from float64 than the training cell."""
+    verdict: 'rounding' when the backend is within twice the training cell's distance from float64
+    (as close to exact arithmetic as the training cell, up to which of the two rounds closer)."""
     onnx_path = os.path.join(export_dir, "actor.onnx")
     if not os.path.exists(onnx_path):
         return {"skipped": "the export has no actor.onnx (export with --format ...,onnx to get the float64 reference)"}
@@ -97,7 +99,7 @@ def float64_reference(export_dir: str, golden: Dict[str, np.ndarray], backend_st
     worst_train = max(train.values())
     worst_backend = max(backend.values())
     return {"training_cell": train, "backend": backend,
-            "rounding": bool(worst_backend <= worst_train)}
+            "rounding": bool(worst_backend <= 2.0 * worst_train)}
 
 
 def describe(ref: dict) -> str:
@@ -108,8 +110,9 @@ def describe(ref: dict) -> str:
     line = (f"float64 reference (the ONNX graph in float64): training cell h {t['max_h_error']:.3g} c "
             f"{t['max_c_error']:.3g}, backend h {b['max_h_error']:.3g} c {b['max_c_error']:.3g} from it")
     if ref["rounding"]:
-        line += ("; the backend is no farther from float64 arithmetic than the training cell: a state error between "
+        line += ("; the backend is as close to float64 arithmetic as the training cell: a state error between "
                  "them is float32 rounding carried through the state")
     else:
-        line += "; the backend is farther from float64 arithmetic than the training cell"
+        line += ("; the backend is more than twice as far from float64 arithmetic as the training cell: not float32 "
+                 "rounding alone")
     return line

@@ -4,8 +4,8 @@ policy cell (the export target of a recurrent run).
 Why not MindSpore's fused ``nn.LSTM``: a fused RNN operator's gate order, bias layout and
 arithmetic differ between runtimes (and between its own CPU and Ascend kernels); the policy that
 acts during training must be the graph every runtime evaluates. Here one step is two MatMuls,
-Adds, one Sigmoid over the scaled gate row, one Split and the project's tanh
-(``2 * sigmoid(2x) - 1``), in PyTorch's gate order (input, forget, cell, output):
+Adds, one sigmoid over the scaled gate row, one Split and the tanh form ``2 * sigmoid(2x) - 1``,
+in PyTorch's gate order (input, forget, cell, output):
 
     gates = x @ W_ih^T + b + h @ W_hh^T
     c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
@@ -14,13 +14,19 @@ Adds, one Sigmoid over the scaled gate row, one Split and the project's tanh
 The state convention is Stable-Baselines3-contrib's: ``episode_start`` (1.0 on the first step
 of an episode, else 0.0) zeroes the incoming state inside the cell, ``h * (1 - episode_start)``,
 so a caller never resets the state itself and never resets it one step off.
+
+The sigmoid is ``1 / (1 + 2^(-x log2 e))`` (:func:`~.mlp.pow_sigmoid`), not MindSpore's CPU
+Sigmoid kernel (off by up to ~64 ulp). The state carries each step's rounding into every later
+step: with that kernel, a trained CartPoleNoVel policy's c drifted ~1e-5 from ONNX Runtime over
+a 500-step episode, and the float64 evaluation of the exported graph (export.exact) showed the
+training cell, not the runtime, to be the inexact side.
 """
 from __future__ import annotations
 
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
-from .mlp import Tanh
+from .mlp import Sigmoid, Tanh
 
 
 class LSTM(nn.Cell):
@@ -43,7 +49,8 @@ class LSTM(nn.Cell):
         scale = np.ones(4 * hidden, np.float32)
         scale[2 * hidden:3 * hidden] = 2.0
         self.gate_scale = Tensor(scale)
-        self.tanh_c = Tanh()
+        self.sigmoid = Sigmoid()
+        self.tanh_c = Tanh(pow=True)
 
     def input_gates(self, x):
         """``x @ W_ih^T + b`` for any number of rows: the part of a step that does not depend on
@@ -52,9 +59,9 @@ class LSTM(nn.Cell):
 
     def cell(self, gx, h, c):
         """One step from the input gates ``gx``: -> (h', c'). The three sigmoid gates and the
-        candidate's ``sigmoid(2g)`` are one Sigmoid over the scaled gate row (the candidate's
+        candidate's ``sigmoid(2g)`` are one sigmoid over the scaled gate row (the candidate's
         block times 2, the others times 1: exact), split in one op; then ``tanh(g) = 2 * s - 1``."""
-        y = ops.sigmoid((gx + self.matmul(h, self.w_hh)) * self.gate_scale)
+        y = self.sigmoid((gx + self.matmul(h, self.w_hh)) * self.gate_scale)
         i, f, s, o = ops.split(y, self.hidden, axis=1)
         c2 = f * c + i * (2.0 * s - 1.0)
         return o * self.tanh_c(c2), c2

@@ -10,7 +10,11 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 from mindspore import Tensor, nn, ops
-from mindspore.ops.operations._grad_ops import TanhGrad  # the kernel behind ops.tanh's own gradient
+from mindspore import dtype as mstype
+from mindspore.ops.operations._grad_ops import SigmoidGrad, TanhGrad  # the kernels behind ops.sigmoid's / ops.tanh's own gradients
+
+NEG_LOG2_E = -1.4426950408889634
+ONE = Tensor(1.0, mstype.float32)
 
 
 def accurate_tanh(x):
@@ -23,18 +27,48 @@ def accurate_tanh(x):
     return 2.0 * ops.sigmoid(2.0 * x) - 1.0
 
 
+def pow_sigmoid(x):
+    """sigmoid(x) = 1 / (1 + 2^(-x log2 e)): four kernels (Mul, Pow, Add, Div), saturating to
+    exactly 0 and 1.
+
+    Why: MindSpore 2.10's CPU Sigmoid and Exp kernels are off by up to ~64 ulp (median ~2);
+    its Pow is correctly rounded, and Mul, Add and Div are IEEE-rounded in every runtime, so this
+    form stays within a few ulp of the exact sigmoid in the training cell and in every runtime
+    the export reaches (the ONNX graph holds the same four ops). The recurrent policies use it:
+    their state carries each step's rounding into every later step (see networks.lstm)."""
+    return ops.div(ONE, ONE + ops.pow(2.0, x * NEG_LOG2_E))  # 1.0 / y would become Reciprocal, which ONNX export lacks
+
+
+class Sigmoid(nn.Cell):
+    """pow_sigmoid forward; the backward ``dout * y * (1 - y)`` in one kernel, MindSpore's own
+    SigmoidGrad (what ops.sigmoid's gradient runs), instead of differentiating four ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.grad = SigmoidGrad()
+
+    def construct(self, x):
+        return pow_sigmoid(x)
+
+    def bprop(self, x, out, dout):
+        return (self.grad(out, dout),)
+
+
 class Tanh(nn.Cell):
     """The tanh activation of every msrl network: accurate_tanh forward, and the backward
     ``dout * (1 - y^2)`` (PyTorch's tanh_backward) in one kernel, MindSpore's own TanhGrad
     (it rounds ``1 - y^2`` once, as a fused multiply-add), instead of differentiating
     accurate_tanh's ops. Only training arithmetic depends on it; the exported graph holds the
-    forward alone."""
+    forward alone. ``pow=True``: ``2 * pow_sigmoid(2x) - 1`` (the recurrent cells' form)."""
 
-    def __init__(self):
+    def __init__(self, pow: bool = False):
         super().__init__()
         self.grad = TanhGrad()
+        self.pow = pow
 
     def construct(self, x):
+        if self.pow:
+            return 2.0 * pow_sigmoid(2.0 * x) - 1.0
         return accurate_tanh(x)
 
     def bprop(self, x, out, dout):

@@ -63,12 +63,15 @@ def test_verify_mindspore_bitwise_and_onnxruntime_within_atol(exported):
 def test_float64_reference_tells_rounding_from_a_fault(exported):
     """verify on ONNX Runtime measures both float32 runs against the exported graph made float64:
     the twin computes the same function (states within float32 rounding of the training cell's),
-    a backend no farther from it than the training cell is called rounding, a perturbed one not."""
+    a backend within twice the training cell's distance from it is called rounding, a perturbed one not."""
     from msrl_consistent.export.exact import describe, float64_reference, float64_states
 
     _, out = exported
     ref = verify_export(out, backend="onnxruntime", episodes=0, write_report=False)["golden"]["float64_reference"]
-    assert 0 < ref["training_cell"]["max_c_error"] < 1e-5 and ref["backend"]["max_h_error"] < 1e-5
+    # both sides within 1e-6 of exact arithmetic: the LSTM's pow sigmoid (MindSpore's CPU Sigmoid
+    # kernel put the training cell ~2e-6 from it on this policy, ten times ONNX Runtime's distance)
+    assert 0 < ref["training_cell"]["max_c_error"] < 1e-6 and ref["backend"]["max_c_error"] < 1e-6
+    assert ref["training_cell"]["max_h_error"] < 1e-6 and ref["backend"]["max_h_error"] < 1e-6
     assert "float64 reference" in describe(ref)
     assert "float64_reference" not in verify_export(out, backend="mindspore", episodes=0, write_report=False)["golden"]
     g = deploy.open_export(out).golden_sequences()
@@ -76,7 +79,7 @@ def test_float64_reference_tells_rounding_from_a_fault(exported):
     assert exact[0].dtype == np.float64 and exact[0].shape == g["h"].shape
     assert float64_reference(out, g, (g["h"], g["c"]), 16)["rounding"]
     off = float64_reference(out, g, (g["h"] + np.float32(1e-4), g["c"]), 16)
-    assert not off["rounding"] and off["backend"]["max_h_error"] > 9e-5 and "farther" in describe(off)
+    assert not off["rounding"] and off["backend"]["max_h_error"] > 9e-5 and "not float32 rounding alone" in describe(off)
     os.rename(os.path.join(out, "actor.onnx"), os.path.join(out, "actor.onnx.away"))
     try:
         assert "actor.onnx" in float64_reference(out, g, (g["h"], g["c"]), 16)["skipped"]
