@@ -92,7 +92,7 @@ def run_groups(run_dir: str, resume: bool, progress: bool = False) -> dict:
                         codes[i] = p.returncode
                         if codes[i] != 0 and group_finished(run_dir, groups[todo[i]]):
                             codes[i] = 0  # a signal after its members had finished (their summaries are written)
-                        if p.returncode not in (0, 130, 143) and "failed" not in stopping:
+                        if codes[i] not in (0, 130, 143) and "failed" not in stopping:
                             stopping["failed"] = i
                             forward(signal.SIGTERM)
                 time.sleep(0.05)
