@@ -95,16 +95,17 @@ def main():
             runs = list(pool.map(one_run, [(args, work, mode, s) for s in args.seeds]))
         results[mode] = {"study_wall_s": time.perf_counter() - t0, "runs": runs}
         print(f"{mode:18s} {results[mode]['study_wall_s']:8.1f} s   returns {returns_text(runs, ' ')}", flush=True)
+        if args.json:  # after every mode: a long study cut short keeps the modes it finished
+            with open(args.json, "w") as fh:
+                json.dump({"task": args.task, "seeds": args.seeds, "total_timesteps": args.total_timesteps,
+                           "parallel": args.parallel, "date": time.strftime("%Y-%m-%d %H:%M"), "results": results},
+                          fh, indent=2)
     print(f"\n| mode | study wall (s) | per run (s, median) | returns (seeds {' '.join(map(str, args.seeds))}) |")
     print("| --- | --- | --- | --- |")
     for mode, r in results.items():
         walls = sorted(x["wall_s"] for x in r["runs"])
         print(f"| {mode} | {r['study_wall_s']:.1f} | {walls[len(walls) // 2]:.1f} | "
               f"{returns_text(r['runs'], ', ')} |")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"task": args.task, "seeds": args.seeds, "total_timesteps": args.total_timesteps, "parallel": args.parallel,
-                       "date": time.strftime("%Y-%m-%d %H:%M"), "results": results}, fh, indent=2)
 
 
 if __name__ == "__main__":
