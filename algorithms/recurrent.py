@@ -111,11 +111,14 @@ class PairedUnroll(nn.Cell):
         gx = ((self.bmm(xx, w_ih) + bias) * scale).reshape((2, b, steps, 4 * n))
         h_a, c_a, h_c, c_c = split_state(state0, n)
         h, c = ops.stack((h_a, h_c)), ops.stack((c_a, c_c))                       # (2, B, n)
-        keep_all = 1.0 - episode_starts
+        # one Unstack and one Split for the whole sequence, not two slices per step (and, in the
+        # backward, one Stack, not a zero-padded slice gradient per step summed by AddN)
+        gxs = ops.unstack(gx, axis=2)                                            # T x (2, B, 4n)
+        keeps = ops.split(1.0 - episode_starts, 1, axis=1)                       # T x (B, 1)
         outs = []
         for t in range(steps):
-            keep = keep_all[:, t:t + 1]
-            y = self.actor.sigmoid(gx[:, :, t] + self.bmm(h * keep, w_hh))  # LSTM.cell's activations
+            keep = keeps[t]
+            y = self.actor.sigmoid(gxs[t] + self.bmm(h * keep, w_hh))  # LSTM.cell's activations
             i, f, s, o = ops.split(y, n, axis=-1)
             c = f * (c * keep) + i * (2.0 * s - 1.0)
             h = o * self.actor.tanh_c(c)
