@@ -123,8 +123,10 @@ class PairedUnroll(nn.Cell):
             c = f * (c * keep) + i * (2.0 * s - 1.0)
             h = o * self.actor.tanh_c(c)
             outs.append(h)
-        feats = ops.stack(outs, 2).reshape((2, b * steps, n))
-        return feats[0], feats[1]
+        # Unstack, not feats[0] / feats[1]: CPU StridedSlice copies element by element, and the
+        # gradients of two slices are two zero-padded tensors summed by AddN
+        feats_a, feats_c = ops.unstack(ops.stack(outs, 2), axis=0)                # 2 x (B, T, n)
+        return feats_a.reshape((b * steps, n)), feats_c.reshape((b * steps, n))
 
 
 class RecurrentPPOLoss(nn.Cell):
