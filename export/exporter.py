@@ -23,11 +23,14 @@ from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
 
+from .lite import LITE_FILE, write_lite
+from .lite import check_options as check_lite_options
 from .mindir import write_mindir
 from .om import ATC_PRECISION_MODES, DEFAULT_PRECISION_MODE, find_atc, write_om
 from .onnx import INPUT_NAME, OUTPUT_NAME, require_onnx, write_onnx
+from .preflight import preflight, require_pass
 
-FORMATS = ("mindir", "onnx", "om")
+FORMATS = ("mindir", "onnx", "om", "lite")
 GOLDEN_SEED = 20_240_601  # episodes used for the golden set are disjoint from eval seeds
 GOLDEN_LANES = 2
 """A dynamic-batch recurrent export's golden sequences: this many envs stepped together."""
@@ -113,25 +116,41 @@ def golden_sequences(policy: TrainCellPolicy, lanes: int, steps: int, seed: int 
 
 
 # one linear pipeline (validate, each format, golden set, manifest, swap): its branches are options
+def _check_om_options(formats: list, soc_version: Optional[str], precision_mode: Optional[str],
+                      preflight_only: bool) -> str:
+    """--format om's options (ATC's precision mode, explicit); ATC present unless only the pre-flight runs."""
+    if preflight_only and "om" not in formats:
+        raise ConfigError("--preflight-only checks what ATC would refuse: it needs --format om")
+    if "om" not in formats:
+        return precision_mode or DEFAULT_PRECISION_MODE
+    if not soc_version and not preflight_only:
+        raise ConfigError("--format om needs --soc-version (for example Ascend310P3)")
+    precision_mode = precision_mode or DEFAULT_PRECISION_MODE
+    if precision_mode not in ATC_PRECISION_MODES:
+        raise ConfigError(f"--precision-mode {precision_mode!r}: expected one of {', '.join(ATC_PRECISION_MODES)}")
+    if not preflight_only:
+        find_atc()  # fail before any work when CANN is missing
+    return precision_mode
+
+
+# one linear pipeline (validate, each format, golden set, manifest, swap): its branches are options
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),  # noqa: C901
                precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
                precision_mode: Optional[str] = None, force: bool = False,
-               precision_sweep: bool = False, sweep_episodes: int = 10) -> mf.Manifest:
-    """Export a run's policy; returns the manifest."""
+               precision_sweep: bool = False, sweep_episodes: int = 10, lite_target: str = "cpu",
+               lite_precision_mode: Optional[str] = None, preflight_only: bool = False) -> mf.Manifest:
+    """Export a run's policy; returns the manifest. ``preflight_only``: with --format om, the ATC
+    pre-flight in place of ATC (no actor.om; the pre-flight's report in the manifest)."""
     formats = list(formats)
     if precision not in ("fp32", "fp16"):
         raise ConfigError(f"--precision {precision!r}: expected fp32 or fp16")
     if golden < 1:
         raise ConfigError(f"--golden {golden}: expected a positive number of observations")
-    if "om" in formats:
-        if not soc_version:
-            raise ConfigError("--format om needs --soc-version (for example Ascend310P3)")
-        precision_mode = precision_mode or DEFAULT_PRECISION_MODE
-        if precision_mode not in ATC_PRECISION_MODES:
-            raise ConfigError(f"--precision-mode {precision_mode!r}: expected one of {', '.join(ATC_PRECISION_MODES)}")
-        find_atc()  # fail before any work when CANN is missing
-        if "onnx" not in formats:
-            formats.append("onnx")  # ATC converts the ONNX graph
+    precision_mode = _check_om_options(formats, soc_version, precision_mode, preflight_only)
+    if "lite" in formats:
+        lite_precision_mode = check_lite_options(lite_target, lite_precision_mode)
+    if ("om" in formats or "lite" in formats) and "onnx" not in formats:
+        formats.insert(formats.index("om" if "om" in formats else "lite"), "onnx")  # ATC and Lite convert the ONNX graph
     if "onnx" in formats:
         require_onnx()  # fail before any work when the onnx package is missing
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)) and not force:
@@ -165,14 +184,19 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         write_mindir(cell, inputs, batch, os.path.join(tmp, "actor.mindir"))
         if "onnx" in formats:
             export_info.onnx = write_onnx(cell, inputs, golden_batch, os.path.join(tmp, "actor.onnx"),
-                                          dynamic=batch == "dynamic" and "om" not in formats)
+                                          dynamic=batch == "dynamic" and ("om" not in formats or preflight_only))
         if "om" in formats:
-            conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"), inputs,
-                                        golden_batch, soc_version, precision_mode)
-        conversion["lite"] = {
-            "note": "MindSpore Lite builds actor.mindir directly; its Ascend default is fp16, so load_policy "
-                    "always sets context.ascend.precision_mode (default enforce_fp32)",
-            "default_precision_mode": "enforce_fp32"}
+            report = preflight(os.path.join(tmp, "actor.onnx"), precision_mode)
+            require_pass(report)  # before ATC runs, naming the operator ATC would refuse
+            conversion["atc_preflight"] = report
+            if preflight_only:
+                formats.remove("om")
+            else:
+                conversion["om"] = write_om(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, "actor.om"), inputs,
+                                            golden_batch, soc_version, precision_mode)
+        if "lite" in formats:
+            conversion["lite"] = write_lite(os.path.join(tmp, "actor.onnx"), os.path.join(tmp, LITE_FILE), lite_target,
+                                            lite_precision_mode)
 
         write_bundle(tmp)
 

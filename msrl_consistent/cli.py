@@ -1,4 +1,4 @@
-"""`msrl train|eval|export|verify|replay|plot|configs`.
+"""`msrl train|eval|export|verify|replay|plot|configs|lite`.
 
 Config and usage errors print ``msrl: error: ...`` and exit 2 without a traceback.
 """
@@ -109,13 +109,20 @@ def cmd_export(args) -> int:
     m = export_run(args.run_dir, args.out, checkpoint=args.checkpoint, formats=parse_formats(args.format),
                    precision=args.precision, batch=parse_batch(args.batch), golden=args.golden,
                    soc_version=args.soc_version, precision_mode=args.precision_mode, force=args.force,
-                   precision_sweep=args.precision_sweep, sweep_episodes=args.sweep_episodes)
+                   precision_sweep=args.precision_sweep, sweep_episodes=args.sweep_episodes,
+                   lite_target=args.lite_target, lite_precision_mode=args.lite_precision_mode,
+                   preflight_only=args.preflight_only)
     if args.json:
         print(json.dumps(m.to_json()))
     else:
         files = ", ".join(f"{k} ({v[:12]})" for k, v in m.files.items())
         print(f"msrl: exported {m.algorithm} on {m.env_id} ({m.export.precision}, batch "
               f"{m.export.batch}) -> {args.out}: {files}, manifest.json")
+        report = m.export.conversion.get("atc_preflight")
+        if report:
+            from msrl_consistent.export.preflight import summary
+            print(f"msrl: ATC pre-flight passed (CANN {report['cann_version']} ONNX operator list, precision mode "
+                  f"{report['precision_mode']}){': ' + summary(report) if summary(report) else ''}")
     return 0
 
 
@@ -264,17 +271,23 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_eval)
 
-    x = sub.add_parser("export", help="export a run's deterministic policy cell (MindIR, ONNX, OM)")
+    x = sub.add_parser("export", help="export a run's deterministic policy cell (MindIR, ONNX, Lite, OM)")
     x.add_argument("run_dir")
     x.add_argument("--out", required=True, help="export directory to create")
     x.add_argument("--checkpoint", help="checkpoint file (default: the run's final/latest one)")
-    x.add_argument("--format", default="mindir", help="comma-separated: mindir[,onnx][,om] (default mindir)")
+    x.add_argument("--format", default="mindir", help="comma-separated: mindir[,onnx][,lite][,om] (default mindir); "
+                                                      "lite and om convert actor.onnx (added when missing)")
     x.add_argument("--precision", default="fp32", choices=["fp32", "fp16"],
                    help="fp16: the same cell computing in float16 with float32 input/output")
     x.add_argument("--batch", default="dynamic", help="fixed batch size N or 'dynamic' (default)")
     x.add_argument("--golden", type=int, default=1024, help="observations in the golden set (default 1024)")
     x.add_argument("--soc-version", help="OM: the Ascend SoC, e.g. Ascend310P3")
-    x.add_argument("--precision-mode", help="OM: ATC precision mode (default must_keep_origin_dtype)")
+    x.add_argument("--precision-mode", help="OM: ATC precision mode (default force_fp32)")
+    x.add_argument("--preflight-only", action="store_true",
+                   help="OM: check actor.onnx against CANN's ONNX operator list instead of running ATC (no CANN needed)")
+    x.add_argument("--lite-target", default="cpu", choices=["cpu", "ascend"],
+                   help="lite: the device the converted model is for (ascend writes [ascend_context])")
+    x.add_argument("--lite-precision-mode", help="lite: explicit precision mode (default enforce_fp32)")
     x.add_argument("--force", action="store_true", help="replace an existing export directory")
     x.add_argument("--precision-sweep", action="store_true",
                    help="also measure fp32 / fp16-matmul / fp16 emulations of the ATC and Lite precision modes "
@@ -312,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "eval: the periodic evaluation's mean return (deterministic policy, every eval.freq steps)")
     pl.add_argument("--title", help="plot title (default: the algorithms and environments)")
     pl.set_defaults(func=cmd_plot)
+
+    from .lite_install import add_parser as add_lite_parser
+    add_lite_parser(sub)
 
     c = sub.add_parser("configs", help="list the shipped configs (usable by name: msrl train ppo/CartPole-v1)")
     c.add_argument("--json", action="store_true")

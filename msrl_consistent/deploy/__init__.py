@@ -42,12 +42,13 @@ training), ``reader`` (:class:`Export`, :func:`open_export`), ``golden``,
 named state faults), ``compare`` (:func:`compare_actions`) and ``check`` (``python policy.py check``).
 """
 
-from .backends import Runner, lite_context, make_runner
+from .backends import Runner, make_runner
 from .check import check, compare_actions, golden_check, latency, main
 from .errors import EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS, BackendUnavailable, ExportError, GuardError
 from .fields import SCHEMA, check_schema, column_n, not_an_index, plain_name, space_text
 from .frames import FrameStack, MaxAndSkip
 from .guard import Guard
+from .lite import lite_context
 from .names import (
                     ALIASES,
                     BACKENDS,
@@ -65,7 +66,7 @@ from .names import (
                     MAX_GOLDEN,
                     MAX_MANIFEST_BYTES,
                     MAX_ROW_BYTES,
-                    MODEL_FILE,
+                    MODEL_FILES,
                     SCHEMA_VERSION,
                     canonical_backend,
                     default_atol,
@@ -78,7 +79,7 @@ from .spaces import SpaceSpec
 __all__ = [
     "ALIASES", "BACKENDS", "BUNDLE_FILE", "BUNDLE_PACKAGE", "CROSS_RUNTIME_ATOL", "EXIT_ERROR", "EXIT_MISMATCH",
     "EXIT_PASS", "FORMAT_FILE", "INSTALL", "LITE_ASCEND_PRECISION_MODES", "LITE_CPU_PRECISION_MODES", "MANIFEST",
-    "MAX_BATCH", "MAX_DIM", "MAX_FILES", "MAX_GOLDEN", "MAX_MANIFEST_BYTES", "MAX_ROW_BYTES", "MODEL_FILE", "SCHEMA",
+    "MAX_BATCH", "MAX_DIM", "MAX_FILES", "MAX_GOLDEN", "MAX_MANIFEST_BYTES", "MAX_ROW_BYTES", "MODEL_FILES", "SCHEMA",
     "SCHEMA_VERSION", "BackendUnavailable", "SpaceSpec", "Export", "ExportError", "ExportPolicy", "FrameStack", "Guard",
     "GuardError", "MaxAndSkip", "Policy", "Runner", "auto_fallback", "available_backends", "canonical_backend", "check",
     "check_schema", "column_n", "compare_actions", "default_atol", "file_sha256", "golden_check", "guard_for", "in_chunks",

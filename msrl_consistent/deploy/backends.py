@@ -10,7 +10,7 @@ import numpy as np
 
 from .errors import BackendUnavailable, ExportError, _one_line
 from .graph_io import ObsInput, split_rows, zero_inputs
-from .names import INSTALL, LITE_ASCEND_PRECISION_MODES, LITE_CPU_PRECISION_MODES, MODEL_FILE, canonical_backend
+from .names import INSTALL, canonical_backend
 from .reader import require_model_file
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Runner:
     def run_step(self, x, h, c, episode_start) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         out = self.run_all(self._obs(x) + [h, c, episode_start])
         if len(out) != 3:
-            raise ExportError(f"{MODEL_FILE[self.backend]}: returns {len(out)} outputs, a recurrent graph returns 3 "
+            raise ExportError(f"{self.info.get('file', 'the model')}: returns {len(out)} outputs, a recurrent graph returns 3 "
                               f"(action, h_next, c_next)")
         return out[0], out[1], out[2]
 
@@ -66,7 +66,7 @@ def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id:
     the export does not hold."""
     backend = canonical_backend(backend)
     require_model_file(export, backend)
-    name = MODEL_FILE[backend]
+    name = export.model_file(backend)
     path = export.path(name)
     fixed = export.fixed_batch(backend)
     loader = {"onnxruntime": _onnxruntime, "mindspore": _mindspore, "mindspore_lite": _lite, "om": _om}[backend]
@@ -77,7 +77,7 @@ def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id:
         raise
     except Exception as exc:  # every library has its own exception types for a broken model
         raise ExportError(f"{name}: backend {backend} cannot load it ({_one_line(exc)})") from None
-    runner = Runner(backend, run, fixed, info, export.obs_inputs)
+    runner = Runner(backend, run, fixed, {**info, "file": name}, export.obs_inputs)
     if probe:  # the manifest's input shape; a dynamic batch claim is probed at two sizes
         for b in ([fixed] if fixed else sorted({export.golden_batch, 3})):
             try:
@@ -159,43 +159,15 @@ class _quiet_fd2:
         return False
 
 
-def lite_context(mslite, target: str = "cpu", device_id: int = 0, precision_mode: Optional[str] = None):
-    """A mindspore_lite.Context with an explicit precision mode (never Lite's fp16 default on Ascend)."""
-    if target not in ("cpu", "ascend"):
-        raise ExportError(f"lite target must be 'cpu' or 'ascend', got {target!r}")
-    context = mslite.Context()
-    context.target = [target]
-    mode = precision_mode or "enforce_fp32"
-    if target == "ascend":
-        if mode not in LITE_ASCEND_PRECISION_MODES:
-            raise ExportError(f"lite ascend precision_mode must be one of {LITE_ASCEND_PRECISION_MODES}, got {mode!r}")
-        context.ascend.device_id = int(device_id)
-        context.ascend.precision_mode = mode
-    else:
-        if mode not in LITE_CPU_PRECISION_MODES:
-            raise ExportError(f"lite cpu precision_mode must be one of {LITE_CPU_PRECISION_MODES}, got {mode!r}")
-        context.cpu.precision_mode = mode
-        context.cpu.thread_num = 1
-    return context, mode
-
-
-def _lite(path, fixed, target="cpu", device_id=0, precision_mode=None, **_):
-    mslite = _import("mindspore_lite", "mindspore_lite")
-    context, mode = lite_context(mslite, target, device_id, precision_mode)
-    model = mslite.Model()
-    model.build_from_file(path, mslite.ModelType.MINDIR, context)
-    inputs = model.get_inputs()
-    state = {"shape": None}
-
-    def run(xs):
-        shapes = [list(x.shape) for x in xs]
-        if state["shape"] != shapes:
-            model.resize(inputs, shapes)
-            state["shape"] = shapes
-        for tensor, x in zip(inputs, xs):
-            tensor.set_data_from_numpy(x)
-        return [o.get_data_to_numpy() for o in model.predict(inputs)]
-    return run, {"target": target, "precision_mode": mode, "device_id": int(device_id)}
+def _lite(path, fixed, target="cpu", device_id=0, precision_mode=None, threads=1, **_):
+    """Lite's Python module or the installed shim (deploy.lite); in a child process where MindSpore's
+    libraries are loaded here, as the two cannot share a process."""
+    from . import lite
+    from .lite_process import LiteProcess, needs_own_process
+    if needs_own_process():
+        return LiteProcess().open(path, target=target, device_id=device_id, precision_mode=precision_mode,
+                                  threads=threads)
+    return lite.open_session(lite.binding(), path, target, device_id, precision_mode, threads)
 
 
 def _om(path, fixed, device_id=0, **_):

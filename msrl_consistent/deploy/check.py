@@ -12,7 +12,7 @@ import numpy as np
 
 from .compare import compare_actions
 from .errors import EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS, ExportError, _one_line
-from .names import BACKENDS, MODEL_FILE
+from .names import BACKENDS
 from .policy import Policy, load
 from .reader import Export, open_export
 from .sequences import sequence_check
@@ -28,7 +28,7 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
             raise
         except Exception as exc:
             runner = getattr(policy, "runner", None)
-            name = "the model" if runner is None else MODEL_FILE.get(runner.backend, "the model")
+            name = "the model" if runner is None else runner.info.get("file", "the model")
             raise ExportError(f"{name}: backend {policy.backend} failed on the golden sequences ({_one_line(exc)})") from None
         res["batch"] = export.golden_batch
         return res
@@ -41,7 +41,7 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
                "output_mismatch": f"artifact outputs are not a batch of actions ({_one_line(exc)})"}
     except Exception as exc:
         runner = getattr(policy, "runner", None)
-        name = "the model" if runner is None else MODEL_FILE.get(runner.backend, "the model")
+        name = "the model" if runner is None else runner.info.get("file", "the model")
         raise ExportError(f"{name}: backend {policy.backend} failed on the golden set ({_one_line(exc)})") from None
     if pred is not None:
         res = compare_actions(pred, ref, export.discrete, atol)

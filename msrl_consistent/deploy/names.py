@@ -33,14 +33,18 @@ CROSS_RUNTIME_ATOL = 1e-5
 
 BACKENDS = ("mindspore_lite", "om", "onnxruntime", "mindspore")
 ALIASES = {"lite": "mindspore_lite", "ort": "onnxruntime"}
-MODEL_FILE = {"mindspore_lite": "actor.mindir", "mindspore": "actor.mindir", "onnxruntime": "actor.onnx",
-              "om": "actor.om"}
-FORMAT_FILE = {"mindir": "actor.mindir", "onnx": "actor.onnx", "om": "actor.om"}
+FORMAT_FILE = {"mindir": "actor.mindir", "onnx": "actor.onnx", "om": "actor.om", "lite": "actor_lite.mindir"}
+MODEL_FILES = {"mindspore_lite": ("actor_lite.mindir", "actor.mindir"), "mindspore": ("actor.mindir",),
+               "onnxruntime": ("actor.onnx",), "om": ("actor.om",)}
+"""Each backend's model files, best first: a backend runs the first one the export holds. Lite runs
+the model its own converter made (``--format lite``), else MindSpore's actor.mindir, which only a
+Lite that reads its MindIR version can load."""
 INSTALL = {
     "onnxruntime": "pip install onnxruntime",
     "mindspore": "pip install mindspore (the CPU wheel matching your Python)",
-    "mindspore_lite": "the MindSpore Lite wheel for your device and Python from "
-                      "https://www.mindspore.cn/lite/docs/en/master/use/downloads.html (plus CANN for target ascend)",
+    "mindspore_lite": "`msrl lite install` (Lite 2.0.0's libraries and msrl's shim; x86_64 Linux) or the MindSpore "
+                      "Lite wheel for your device and Python from https://www.mindspore.cn/lite/docs/en/master/use/"
+                      "downloads.html (plus CANN for target ascend)",
     "om": "ais_bench and aclruntime (the ait benchmark wheels, https://gitee.com/ascend/ait) with CANN",
 }
 LITE_ASCEND_PRECISION_MODES = ("enforce_fp32", "preferred_fp32", "enforce_fp16", "enforce_origin", "preferred_optimal")

@@ -10,7 +10,7 @@ from .errors import BackendUnavailable, ExportError
 from .frames import FrameStack, MaxAndSkip
 from .guard import Guard
 from .inputs import Inputs
-from .names import INSTALL, MODEL_FILE, canonical_backend
+from .names import INSTALL, canonical_backend
 from .reader import Export, open_export
 from .recurrent import RecurrentState, check_starts, check_state
 from .spaces import SpaceSpec
@@ -204,10 +204,13 @@ class ExportPolicy(Policy):
 def available_backends(export: Export) -> List[str]:
     """Backends whose model file the export holds and whose library imports here, best first."""
     import importlib.util
+
+    from .lite import available as lite_available
     out = []
-    for b, module in (("om", "ais_bench"), ("om", "aclruntime"), ("mindspore_lite", "mindspore_lite"),
+    for b, module in (("om", "ais_bench"), ("om", "aclruntime"), ("mindspore_lite", None),
                       ("onnxruntime", "onnxruntime"), ("mindspore", "mindspore")):
-        if MODEL_FILE[b] in export.files and b not in out and importlib.util.find_spec(module) is not None:
+        here = lite_available() if module is None else importlib.util.find_spec(module) is not None
+        if export.model_file(b) in export.files and b not in out and here:
             out.append(b)
     return out
 

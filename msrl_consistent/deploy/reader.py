@@ -25,7 +25,7 @@ from .names import (
     MAX_GOLDEN,
     MAX_MANIFEST_BYTES,
     MAX_ROW_BYTES,
-    MODEL_FILE,
+    MODEL_FILES,
     SCHEMA_VERSION,
     canonical_backend,
     default_atol,
@@ -264,9 +264,14 @@ class Export:
     def dynamic(self) -> bool:
         return self.batch is None
 
+    def model_file(self, backend: str) -> str:
+        """The file ``backend`` runs: the first of its MODEL_FILES this export holds (else the first)."""
+        names = MODEL_FILES[backend]
+        return next((n for n in names if n in self.files), names[0])
+
     def fixed_batch(self, backend: str) -> Optional[int]:
         """The batch the backend's artifact must be called with (None: any)."""
-        if backend == "onnxruntime":
+        if backend == "onnxruntime" or self.model_file(backend) == FORMAT_FILE["lite"]:  # Lite's converted actor.onnx
             return self.onnx_batch
         if backend == "om":
             return self.golden_batch
@@ -352,8 +357,9 @@ def open_export(directory: str, backend: Optional[str] = None, hashes: bool = Tr
 
 def require_model_file(export: Export, backend: str) -> None:
     """The model file ``backend`` runs is in the export, or an ExportError naming it (exit 2)."""
-    name = MODEL_FILE[backend]
+    name = export.model_file(backend)
     if name not in export.files:
-        hint = "; export again with --format mindir,onnx" if name.endswith(".onnx") else ""
+        fmt = next(f for f, n in FORMAT_FILE.items() if n == name)
+        hint = f"; export again with --format {fmt}" if fmt != "om" else ""
         raise ExportError(f"{name}: not in this export (formats: {', '.join(export.formats)}), needed by "
                           f"backend {backend}{hint}")
