@@ -32,7 +32,7 @@ from msrl_consistent.manifest import IntegrityError, read_manifest
 from msrl_consistent.recording import read_trace
 from msrl_consistent.runtime import load_policy
 
-AGAINST = ("train", "mindspore", "onnxruntime")
+AGAINST = ("train", "mindspore", "onnxruntime", "lite")
 
 
 def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray, trace_path: str = "trace",

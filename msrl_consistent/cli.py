@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="recompute a recorded trace with a reference and find where it drifts")
     rp.add_argument("export_dir")
     rp.add_argument("trace", help="trace written by `msrl eval --record` or load_policy(..., record=PATH)")
-    rp.add_argument("--against", default="train", choices=["train", "mindspore", "onnxruntime"])
+    rp.add_argument("--against", default="train", choices=["train", "mindspore", "onnxruntime", "lite"])
     rp.add_argument("--atol", type=float, help="tolerance (default 0 for mindspore-vs-training-cell fp32, else 1e-5)")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=cmd_replay)
