@@ -5,7 +5,10 @@ Lite 2.0.0 (PyPI's only Lite) reads MindIR up to version 1 and MindSpore 2.10 wr
 so Lite does not load actor.mindir; its converter reads ONNX. Two things are never left
 implicit: the weights stay float32 (the converter's weight_fp16 is off) and, for ``--lite-target
 ascend``, the converter's ``[ascend_context] precision_mode`` (Lite's Ascend default is
-enforce_fp16) is written with an explicit mode, enforce_fp32 unless asked otherwise. The
+enforce_fp16) is written with an explicit mode, enforce_fp32 unless asked otherwise, and the
+conversion is Lite's ascend_oriented one: it compiles the graph with CANN (so CANN must be
+installed where the export runs) and fixes the precision in the model; Lite's general
+optimization would parse [ascend_context] and drop it. The
 conversion runs in a process of its own (deploy.lite_process): this process holds MindSpore.
 
 The converted graph is the exported ONNX graph with one rewrite Lite 2.0.0 needs, measured:
@@ -103,16 +106,19 @@ def write_lite(onnx_path: str, out_path: str, target: str = "cpu", precision_mod
         try:
             t0 = time.perf_counter()
             try:
-                written = proc.convert(src, os.path.join(tmp, "actor_lite"), cfg)
+                written = proc.convert(src, os.path.join(tmp, "actor_lite"), cfg, target)
             except RuntimeError as exc:
+                needs = (" (target ascend is Lite's ascend_oriented conversion: it compiles the graph with CANN, which "
+                         "must be installed where msrl export runs; source CANN's set_env.sh)" if target == "ascend" else "")
                 raise LiteConversionError(f"{os.path.basename(onnx_path)}: MindSpore Lite's converter refused it "
-                                          f"({exc})") from None
+                                          f"({exc}){needs}") from None
             seconds = time.perf_counter() - t0
             version = proc.call("version")[0]["version"]
         finally:
             proc.close()
         os.replace(written, out_path)
     return {"tool": "mindspore_lite converter", "lite_version": version, "from": os.path.basename(onnx_path),
-            "fmk": "ONNX", "save_type": "MINDIR", "weight_fp16": False, "target": target, "precision_mode": mode,
+            "fmk": "ONNX", "save_type": "MINDIR", "weight_fp16": False, "target": target,
+            "optimize": "ascend_oriented" if target == "ascend" else "general", "precision_mode": mode,
             "config": config, "onnx_rewrites": {"pow_constant_base_computed": rewritten},
             "seconds": round(seconds, 3)}

@@ -133,11 +133,13 @@ def board_site(root):
     return str(root)
 
 
-def board(board_path, bundle, *args):
-    """``python -S policy.py ARGS`` in the bundle directory with only numpy/onnxruntime importable."""
+def board(board_path, bundle, *args, env=None):
+    """``python -S policy.py ARGS`` in the bundle directory with only numpy/onnxruntime importable
+    (and the Lite runtime ``msrl lite install`` put into this user's cache, found as on a board)."""
     import subprocess
 
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp")}
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp"),
+           **(env or {})}
     return subprocess.run([sys.executable, "-S", "policy.py", *args], cwd=bundle, env=env, capture_output=True,
                           text=True, timeout=300)
 

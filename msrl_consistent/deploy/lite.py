@@ -65,8 +65,8 @@ def read_record(home: Optional[str] = None) -> Optional[dict]:
 def shim_path(home: Optional[str] = None) -> str:
     record = read_record(home)
     if record is None:
-        raise BackendUnavailable(f"backend mindspore_lite needs MindSpore Lite: no mindspore_lite module imports here "
-                                 f"and no Lite runtime is installed in {lite_home(home)}; {INSTALL_HINT}")
+        raise BackendUnavailable(f"backend mindspore_lite needs MindSpore Lite, which is not installed here (no "
+                                 f"mindspore_lite module, no Lite runtime in {lite_home(home)}); {INSTALL_HINT}")
     path = os.path.join(lite_home(home), record["shim"])
     if os.path.basename(path) != SHIM or not os.path.isfile(path):
         raise BackendUnavailable(f"{path}: the Lite shim named by {RECORD} is missing; run `msrl lite install --force`")
@@ -92,7 +92,7 @@ def load_shim(path: Optional[str] = None) -> ctypes.CDLL:
             ("msrl_lite_info", i, [p, i, i, ctypes.POINTER(i), ctypes.POINTER(i64), i, c, z]),
             ("msrl_lite_resize", i, [p, i, ctypes.POINTER(i), ctypes.POINTER(i64), s, z]),
             ("msrl_lite_set_input", i, [p, i, i, p, z, s, z]), ("msrl_lite_predict", i, [p, s, z]),
-            ("msrl_lite_get_output", i, [p, i, p, z, s, z]), ("msrl_lite_convert", i, [c, c, c, s, z])):
+            ("msrl_lite_get_output", i, [p, i, p, z, s, z]), ("msrl_lite_convert", i, [c, c, c, c, s, z])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     if lib.msrl_lite_abi_version() != SHIM_ABI:
@@ -210,11 +210,11 @@ class ShimBinding:
     def Model(self) -> _Model:  # noqa: N802
         return _Model(self.lib)
 
-    def convert(self, onnx_path: str, output_base: str, config_file: str = "") -> str:
+    def convert(self, onnx_path: str, output_base: str, config_file: str = "", device: str = "") -> str:
         """ONNX -> Lite MindIR at ``output_base + '.mindir'``; raises RuntimeError with the converter's status."""
         err = ctypes.create_string_buffer(_ERR)
-        _check(self.lib.msrl_lite_convert(onnx_path.encode(), output_base.encode(), config_file.encode(), err, _ERR),
-               err, "convert")
+        _check(self.lib.msrl_lite_convert(onnx_path.encode(), output_base.encode(), config_file.encode(), device.encode(),
+                                          err, _ERR), err, "convert")
         return output_base + ".mindir"
 
 
@@ -234,14 +234,16 @@ def binding(prefer: Optional[str] = None):
     return ShimBinding()
 
 
-def convert(mslite, onnx_path: str, output_base: str, config_file: str = "") -> str:
+def convert(mslite, onnx_path: str, output_base: str, config_file: str = "", target: str = "cpu") -> str:
     """Lite's converter on either binding: ONNX -> a Lite MindIR at ``output_base + '.mindir'``, fp32
-    weights (never the converter's weight_fp16), the options of ``config_file`` (e.g. [ascend_context])."""
+    weights (never the converter's weight_fp16), the options of ``config_file`` (e.g. [ascend_context]);
+    target 'ascend' is the converter's ascend_oriented optimization (it compiles with CANN)."""
     if isinstance(mslite, ShimBinding):
-        return mslite.convert(onnx_path, output_base, config_file)
+        return mslite.convert(onnx_path, output_base, config_file, "Ascend" if target == "ascend" else "")
     converter = mslite.Converter()
     converter.save_type = mslite.ModelType.MINDIR
     converter.weight_fp16 = False
+    converter.optimize = "ascend_oriented" if target == "ascend" else "general"
     converter.convert(mslite.FmkType.ONNX, onnx_path, output_base, config_file=config_file)
     return output_base + ".mindir"
 

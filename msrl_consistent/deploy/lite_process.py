@@ -115,8 +115,9 @@ class LiteProcess:
             return self.call("run", xs, model=model)[1]
         return run, {**reply["info"], "process": "own"}
 
-    def convert(self, onnx_path: str, output_base: str, config_file: str = "") -> str:
-        return self.call("convert", onnx_path=onnx_path, output_base=output_base, config_file=config_file)[0]["path"]
+    def convert(self, onnx_path: str, output_base: str, config_file: str = "", target: str = "cpu") -> str:
+        return self.call("convert", onnx_path=onnx_path, output_base=output_base, config_file=config_file,
+                         target=target)[0]["path"]
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -166,7 +167,8 @@ def serve() -> None:
             elif op == "version":
                 reply["version"] = lite.binding_version(mslite)
             elif op == "convert":
-                reply["path"] = lite.convert(mslite, req["onnx_path"], req["output_base"], req.get("config_file", ""))
+                reply["path"] = lite.convert(mslite, req["onnx_path"], req["output_base"], req.get("config_file", ""),
+                                             req.get("target", "cpu"))
             else:
                 raise ValueError(f"unknown request {op!r}")
         except Exception as exc:

@@ -37,6 +37,8 @@ class Converter {
   void SetConfigFile(const std::vector<char> &config_file);
   void SetSaveType(ModelType save_type);
   void SetWeightFp16(bool weight_fp16);
+  void SetDevice(const std::vector<char> &device);
+  void SetNoFusion(bool no_fusion);
   Status Convert(converter::FmkType fmk_type, const std::vector<char> &model_file,
                  const std::vector<char> &output_file, const std::vector<char> &weight_file);
 
@@ -264,15 +266,21 @@ int msrl_lite_get_output(void *handle, int index, void *dst, size_t nbytes, char
 }
 
 // Convert an ONNX file into a Lite MindIR at output_base + ".mindir" (the converter adds the
-// suffix); config_file ("" for none) holds the [section] key=value options (e.g. [ascend_context]).
-int msrl_lite_convert(const char *onnx_path, const char *output_base, const char *config_file, char *err,
-                      size_t errlen) {
-  if (onnx_path == nullptr || output_base == nullptr || config_file == nullptr)
+// suffix); config_file ("" for none) holds the [section] key=value options (e.g. [ascend_context]);
+// device "" is Lite's general optimization (CPU), "Ascend" its ascend_oriented one, which compiles
+// the graph with CANN at conversion time and reads [ascend_context].
+int msrl_lite_convert(const char *onnx_path, const char *output_base, const char *config_file, const char *device,
+                      char *err, size_t errlen) {
+  if (onnx_path == nullptr || output_base == nullptr || config_file == nullptr || device == nullptr)
     return fail(err, errlen, "msrl_lite_convert: NULL argument");
+  std::string dev(device);
+  if (!dev.empty() && dev != "Ascend") return fail(err, errlen, "msrl_lite_convert: device must be '' or 'Ascend'");
   try {
     mindspore::Converter converter;
     converter.SetSaveType(mindspore::kMindIR);
     converter.SetWeightFp16(false);
+    converter.SetNoFusion(false);
+    if (!dev.empty()) converter.SetDevice(chars(device));
     if (config_file[0] != '\0') converter.SetConfigFile(chars(config_file));
     mindspore::Status st = converter.Convert(mindspore::converter::kFmkTypeOnnx, chars(onnx_path), chars(output_base),
                                              std::vector<char>());

@@ -107,7 +107,8 @@ def with_om(src, dst):
 
 @pytest.mark.parametrize("backend,words", [("lite", "mindspore_lite"), ("om", "ais_bench")])
 def test_board_backend_missing_is_one_line(bundles, board_path, backend, words, tmp_path):
-    r = board(board_path, with_om(bundles["cartpole"], tmp_path / "b"), "check", "--backend", backend)
+    empty = {"MSRL_LITE_HOME": str(tmp_path / "no-lite")}  # a board where nothing installed Lite
+    r = board(board_path, with_om(bundles["cartpole"], tmp_path / "b"), "check", "--backend", backend, env=empty)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert words in r.stderr and "not installed" in r.stderr and "install" in r.stderr
 
@@ -151,7 +152,7 @@ def test_fixed_batch_onnx_kept_for_atc(cartpole_run, tmp_path):
     assert load_policy(d, backend="onnxruntime").act(np.zeros((7, 4), np.float32)).shape == (7,)
 
 
-# -- stand-in backends: the call sequence of Lite and OM (not a claim that they ran here) ----------
+# -- stand-ins: Lite's Ascend target through Lite's Python module, and OM (neither runs here) -----
 def _fake_lite(calls, ort_run):
     ml = types.ModuleType("mindspore_lite")
 
@@ -191,7 +192,12 @@ def _fake_lite(calls, ort_run):
     return ml
 
 
-def test_lite_call_sequence_with_stand_in(bundles, monkeypatch):
+def test_lite_ascend_target_call_sequence_with_stand_in(bundles, monkeypatch):
+    """A stand-in for Lite's Python module on an Ascend board (the ONNX graph behind its API): the
+    Ascend target's context (device id, explicit precision mode) reaches Lite's build call. The
+    CPU target runs the real Lite in test_lite.py."""
+    from msrl_consistent.deploy import lite_process
+    monkeypatch.setattr(lite_process, "needs_own_process", lambda: False)  # the stand-in lives in this process
     d = bundles["cartpole"]
     ort = load_policy(d, backend="onnxruntime")
     calls = []

@@ -217,14 +217,9 @@ def test_runtime_input_validation(cartpole_export):
         p.act(np.zeros((2, 2, 4), np.float32))
 
 
-def test_lite_backend_missing_is_clear(cartpole_export):
-    pytest.importorskip("mindspore")
-    try:
-        import mindspore_lite  # noqa: F401
-        pytest.skip("mindspore_lite is installed here")
-    except ImportError:
-        pass
-    with pytest.raises(BackendUnavailable, match="MindSpore Lite"):
+def test_lite_backend_missing_is_clear(cartpole_export, monkeypatch, tmp_path):
+    monkeypatch.setenv("MSRL_LITE_HOME", str(tmp_path / "nothing-installed"))
+    with pytest.raises(BackendUnavailable, match="MindSpore Lite, which is not installed.*msrl lite install"):
         load_policy(cartpole_export, backend="lite")
 
 
