@@ -60,3 +60,14 @@ def board_path(tmp_path_factory):
     """PYTHONPATH of a simulated board: numpy and onnxruntime only (helpers.board runs python -S there)."""
     from helpers import board_site
     return board_site(tmp_path_factory.mktemp("board-site"))
+
+
+@pytest.fixture(scope="session")
+def lite_runtime():
+    """The MindSpore Lite runtime `msrl lite install` put into this user's cache (the README's test
+    command installs it): a Lite test fails without it, it never skips."""
+    from msrl_consistent.deploy import lite
+    record = lite.read_record()
+    if record is None:
+        pytest.fail("MindSpore Lite is not installed: run `msrl lite install` (the README's test command does)")
+    return record

@@ -22,7 +22,7 @@ def offpolicy_run(request, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_offpolicy_export_verifies(offpolicy_run, tmp_path):
+def test_offpolicy_export_verifies(offpolicy_run, lite_runtime, tmp_path):
     algo, run = offpolicy_run
     out = str(tmp_path / "e")
     m = export_run(run, out, formats=["mindir", "onnx"], golden=128)
@@ -31,6 +31,11 @@ def test_offpolicy_export_verifies(offpolicy_run, tmp_path):
     assert r["passed"] and r["golden"]["bit_identical"] and r["rollouts"]["identical_episodes"] == 2
     r2 = verify_export(out, backend="onnxruntime", episodes=1)
     assert r2["passed"] and r2["golden"]["max_abs_error"] <= 1e-5
+    lite_out = str(tmp_path / "lite")  # MindSpore Lite (the real runtime) on the model its converter made
+    m = export_run(run, lite_out, formats=["lite", "om"], preflight_only=True, golden=128)
+    assert m.export.conversion["atc_preflight"]["passed"] and "actor.om" not in m.files
+    r3 = verify_export(lite_out, backend="lite", episodes=1)
+    assert r3["passed"] and r3["golden"]["max_abs_error"] <= 1e-5
     with np.load(f"{out}/golden.npz") as g:
         assert g["actions"].min() >= -2.0 and g["actions"].max() <= 2.0
 

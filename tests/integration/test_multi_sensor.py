@@ -97,6 +97,24 @@ def test_the_bundle_checks_a_multi_input_export_on_a_board(sensor_export, board_
     assert "golden set discrete actions identical" in r.stdout
 
 
+@pytest.mark.slow
+def test_lite_runs_the_multi_input_export_and_the_atc_preflight_passes_it(sensor_export, lite_runtime, board_path,
+                                                                        tmp_path):
+    """The camera's uint8 frames and the position row as Lite's two inputs (the real runtime, on the
+    model Lite's converter made), in msrl verify and on a board; the ATC pre-flight passes the graph."""
+    from msrl_consistent.export.exporter import export_run
+    from msrl_consistent.export.verify import verify_export
+
+    run, _ = sensor_export
+    out = str(tmp_path / "lite")
+    m = export_run(run, out, formats=["lite", "om"], preflight_only=True, golden=256)
+    assert m.export.conversion["atc_preflight"]["passed"]
+    r = verify_export(out, backend="lite", episodes=2)
+    assert r["passed"] and r["golden"]["agreement"] == 1.0, r["criteria"]
+    b = board(board_path, out, "check", "--backend", "lite", "--latency-seconds", "0")
+    assert b.returncode == 0 and "golden set discrete actions identical" in b.stdout, b.stdout + b.stderr
+
+
 def test_the_om_runner_feeds_each_sensor_input(sensor_export, monkeypatch, tmp_path):
     """The OM runner with a stand-in for ais_bench (the ONNX graph behind its API, at the golden
     batch 1): the frames and the row reach ``infer`` as separate inputs, uint8 and float32, and the

@@ -49,7 +49,7 @@ def _observations(env_id, k, n, obs_dim, rng):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "FrozenLake-v1", "MsrlTestDict-v0"])
-def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id):
+def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id, lite_runtime):
     """After training, the population's acting graph (zero noise: the distribution's mode) gives each
     member exactly its own policy cell's actions and its MindIR export verifies bit for bit."""
     cfg = _config(env_id)
@@ -71,10 +71,12 @@ def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id)
     # distinct members: their parameters differ
     assert len(set(member_hashes(run_dir, seeds).values())) == len(seeds)
     out = str(tmp_path / "export")
-    export_run(member_dir(run_dir, seeds[1]), out, golden=128)
+    export_run(member_dir(run_dir, seeds[1]), out, formats=["mindir", "lite"], golden=128)
     report = verify_export(out, backend="mindspore", episodes=2)
     assert report["passed"] and report["golden"]["bit_identical"]
     assert report["rollouts"]["identical_episodes"] == 2
+    lite = verify_export(out, backend="lite", episodes=1)  # the member on MindSpore Lite, converted from its ONNX
+    assert lite["passed"], lite["criteria"]
 
 
 @pytest.mark.slow

@@ -204,3 +204,19 @@ def test_empty_trace_is_a_usage_error(space_export, tmp_path, capsys):
     pol.recorder.close()
     assert main(["replay", out, trace]) == 2
     assert "empty.npz: no recorded observations (2 dropped past the record limit 1)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(ENVS))
+def test_every_space_runs_on_lite_and_passes_the_atc_preflight(name, space_export, lite_runtime, tmp_path):
+    """Discrete and Dict observations, MultiDiscrete and MultiBinary actions, uint8 frames stacked:
+    each export converts with Lite's converter and verifies on the real Lite (every dimension of
+    every golden row identical), and the ATC pre-flight passes its ONNX graph."""
+    from msrl_consistent.export.exporter import export_run
+    from msrl_consistent.export.verify import verify_export
+
+    run, _ = space_export(name)
+    out = str(tmp_path / "lite")
+    m = export_run(run, out, formats=["lite", "om"], preflight_only=True, golden=64)
+    assert m.export.conversion["atc_preflight"]["passed"], m.export.conversion["atc_preflight"]["refused"]
+    r = verify_export(out, backend="lite", episodes=1)
+    assert r["passed"] and r["golden"]["agreement"] == 1.0, r["criteria"]
