@@ -4,14 +4,20 @@
     python benchmarks/inference_latency.py --run runs/cartpole  # or uses a given run
 
 For batch 1 and 256: the training cell (PolicyCell in GRAPH_MODE), MindIR via
-`mindspore.load` + `nn.GraphCell`, ONNX Runtime (1 thread), and as references PyTorch eager
-(1 thread, needs the `bench` extra) and plain NumPy computing the same function with the same
-weights. Prints p50/p99 in microseconds and the max abs difference of each runtime's actions
-against the training cell. The numbers in docs/benchmarks.md come from this script.
+`mindspore.load` + `nn.GraphCell`, ONNX Runtime (1 thread), MindSpore Lite 2.0.0's CPU target
+(1 thread, `--format lite`'s model; needs `msrl lite install`) through msrl's shim twice: in a
+process without MindSpore, as on a board (the runner's call only), and through msrl's lite backend
+from this process, which holds MindSpore and so runs Lite in a child process (the pipe's cost
+included); and as references PyTorch eager (1 thread, needs the `bench` extra) and plain NumPy
+computing the same function with the same weights (MLP actors of PPO). Lite's own Python module
+cannot be measured here (PyPI's wheel imports on CPython 3.7 only). Prints p50/p99 in
+microseconds and the max abs difference of each runtime's actions against the training cell. The
+numbers in docs/benchmarks.md come from this script.
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -106,6 +112,37 @@ def torch_policy(w):
     return run
 
 
+LITE_IN_PROCESS = r"""
+import json, sys, time
+import numpy as np
+from msrl_consistent.deploy import lite
+path, xfile, calls, outfile = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+x = np.load(xfile)
+run, info = lite.open_session(lite.binding("shim"), path)
+for _ in range(20):
+    run([x])
+t = np.empty(calls)
+for i in range(calls):
+    t0 = time.perf_counter()
+    run([x])
+    t[i] = time.perf_counter() - t0
+np.save(outfile, run([x])[0])
+print(json.dumps([float(np.percentile(t, 50) * 1e6), float(np.percentile(t, 99) * 1e6)]))
+"""
+
+
+def lite_in_process(model, x, calls, tmp):
+    """Lite's runner in a process without MindSpore (a board's situation): (p50, p99, actions)."""
+    xfile, outfile = os.path.join(tmp, "lite-x.npy"), os.path.join(tmp, "lite-y.npy")
+    np.save(xfile, x)
+    r = subprocess.run([sys.executable, "-c", LITE_IN_PROCESS, model, xfile, str(calls), outfile], capture_output=True,
+                       text=True, env=dict(os.environ, GLOG_v="3"))
+    if r.returncode != 0:
+        raise SystemExit(f"Lite in its own process failed: {r.stderr[-2000:]}")
+    p50, p99 = json.loads(r.stdout.strip().splitlines()[-1])
+    return p50, p99, np.load(outfile)
+
+
 def quick_run(config, steps, out):
     from msrl_consistent.cli import main
     if not os.path.isfile(os.path.join(out, "summary.json")):
@@ -119,10 +156,14 @@ def bench(run_dir, tmp, batches, calls):
     from msrl_consistent.runtime import load_policy
 
     train = load_policy(run_dir, backend="train")
-    w = actor_weights(train)
+    try:
+        w = actor_weights(train)
+    except SystemExit:  # SAC's actor: no NumPy / PyTorch reference
+        w = None
     exp_dyn = os.path.join(tmp, os.path.basename(run_dir) + "-dyn")
     if not os.path.isdir(exp_dyn):
-        export_run(run_dir, exp_dyn, formats=["mindir", "onnx"], golden=64)
+        export_run(run_dir, exp_dyn, formats=["mindir", "onnx", "lite"], golden=64)
+    lite_pol = load_policy(exp_dyn, backend="lite")
     ms_pol = load_policy(exp_dyn, backend="mindspore")
     rows = []
     rng = np.random.default_rng(0)
@@ -136,14 +177,21 @@ def bench(run_dir, tmp, batches, calls):
         x = rng.uniform(-1, 1, (b, train.obs_dim)).astype(np.float32)
         ref = train._run(x)
         runtimes = [("training cell (GRAPH_MODE)", train._run), ("MindIR + GraphCell", ms_pol._run),
-                    ("ONNX Runtime", ort_pol._run), ("NumPy", numpy_policy(w))]
-        tp = torch_policy(w)
-        if tp is not None:
-            runtimes.insert(3, ("PyTorch eager", tp))
+                    ("ONNX Runtime", ort_pol._run), ("MindSpore Lite, shim, in process", None),
+                    ("MindSpore Lite, shim, child process (from msrl)", lite_pol._run)]
+        if w is not None:
+            runtimes.append(("NumPy", numpy_policy(w)))
+            tp = torch_policy(w)
+            if tp is not None:
+                runtimes.insert(3, ("PyTorch eager", tp))
         n = calls if b == 1 else max(calls // 4, 100)
         for name, fn in runtimes:
-            p50, p99 = timeit(fn, x, n)
-            diff = float(np.abs(np.asarray(fn(x), np.float64) - np.asarray(ref, np.float64)).max())
+            if fn is None:
+                p50, p99, got = lite_in_process(os.path.join(exp_dyn, "actor_lite.mindir"), x, n, tmp)
+            else:
+                p50, p99 = timeit(fn, x, n)
+                got = fn(x)
+            diff = float(np.abs(np.asarray(got, np.float64) - np.asarray(ref, np.float64)).max())
             rows.append({"policy": os.path.basename(run_dir), "batch": b, "runtime": name,
                          "p50_us": round(p50, 1), "p99_us": round(p99, 1), "max_abs_diff_vs_training_cell": diff})
             print(json.dumps(rows[-1]), flush=True)
@@ -161,6 +209,7 @@ def main():
     runs = args.run or [
         quick_run(os.path.join(root, "configs/ppo/CartPole-v1.yaml"), 2048, os.path.join(tmp, "ppo-cartpole")),
         quick_run(os.path.join(root, "configs/ppo/Pendulum-v1.yaml"), 4096, os.path.join(tmp, "ppo-pendulum")),
+        quick_run(os.path.join(root, "configs/sac/Pendulum-v1.yaml"), 600, os.path.join(tmp, "sac-pendulum")),
     ]
     rows = []
     for r in runs:

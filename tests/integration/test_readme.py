@@ -71,7 +71,7 @@ def test_links_in_readme_and_docs_point_to_existing_files_and_headings():
 def test_readme_parsing_finds_the_chain():
     cmds = msrl_commands(section(open(README, encoding="utf-8").read(), "Quickstart"))
     assert cmds[0][:2] == ["msrl", "train"]
-    assert [c[1] for c in cmds[1:]] == ["eval", "export", "verify", "verify", "eval"]
+    assert [c[1] for c in cmds[1:]] == ["eval", "lite", "export", "verify", "verify", "verify", "eval"]
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """A user who installs the package without the source tree (a wheel, or
-`pip install .` into site-packages) gets the tuned configs as package data."""
+`pip install .` into site-packages) gets the tuned configs and the Lite shim's source as package data."""
 import os
 import shutil
 import subprocess
@@ -30,6 +30,7 @@ def test_wheel_contains_the_shipped_configs(tmp_path):
     assert expected <= names, sorted(expected - names)
     assert "msrl_consistent/configs/__init__.py" in names
     assert {"msrl_consistent/algorithms/ppo.py", "msrl_consistent/export/exporter.py", "msrl_consistent/plot.py"} <= names
+    assert "msrl_consistent/native/lite_shim.cc" in names  # `msrl lite install` compiles it on the user's machine
     sources = {os.path.relpath(os.path.join(d, f), ROOT) for top in ("msrl_consistent", "algorithms", "export")
                for d, _, fs in os.walk(os.path.join(ROOT, top)) for f in fs if f.endswith(".py")}
     installed = {s if s.startswith("msrl_consistent/") else f"msrl_consistent/{s}" for s in sources}
