@@ -5,11 +5,12 @@
 
 For batch 1 and 256: the training cell (PolicyCell in GRAPH_MODE), MindIR via
 `mindspore.load` + `nn.GraphCell`, ONNX Runtime (1 thread), MindSpore Lite 2.0.0's CPU target
-(1 thread, `--format lite`'s model; needs `msrl lite install`) through msrl's shim twice: in a
-process without MindSpore, as on a board (the runner's call only), and through msrl's lite backend
-from this process, which holds MindSpore and so runs Lite in a child process (the pipe's cost
-included); and as references PyTorch eager (1 thread, needs the `bench` extra) and plain NumPy
-computing the same function with the same weights (MLP actors of PPO). Lite's own Python module
+(1 thread, `--format lite`'s model; needs `msrl lite install`) through msrl's shim: in a process
+without MindSpore, as on a board (the runner's call only), with Lite's threads unpinned and pinned
+to one core, and through msrl's lite backend from this process, which holds MindSpore and so runs
+Lite in a child process (pinned; the pipe's cost included); and as references PyTorch eager
+(1 thread, needs the `bench` extra) and plain NumPy computing the same function with the same
+weights (MLP actors of PPO). Lite's own Python module
 cannot be measured here (PyPI's wheel imports on CPython 3.7 only). Prints p50/p99 in
 microseconds and the max abs difference of each runtime's actions against the training cell. The
 numbers in docs/benchmarks.md come from this script.
@@ -116,9 +117,9 @@ LITE_IN_PROCESS = r"""
 import json, sys, time
 import numpy as np
 from msrl_consistent.deploy import lite
-path, xfile, calls, outfile = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+path, xfile, calls, outfile, pin = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "pin"
 x = np.load(xfile)
-run, info = lite.open_session(lite.binding("shim"), path)
+run, info = lite.open_session(lite.binding("shim"), path, pin=pin)
 for _ in range(20):
     run([x])
 t = np.empty(calls)
@@ -131,11 +132,12 @@ print(json.dumps([float(np.percentile(t, 50) * 1e6), float(np.percentile(t, 99) 
 """
 
 
-def lite_in_process(model, x, calls, tmp):
+def lite_in_process(model, x, calls, tmp, pin):
     """Lite's runner in a process without MindSpore (a board's situation): (p50, p99, actions)."""
     xfile, outfile = os.path.join(tmp, "lite-x.npy"), os.path.join(tmp, "lite-y.npy")
     np.save(xfile, x)
-    r = subprocess.run([sys.executable, "-c", LITE_IN_PROCESS, model, xfile, str(calls), outfile], capture_output=True,
+    r = subprocess.run([sys.executable, "-c", LITE_IN_PROCESS, model, xfile, str(calls), outfile,
+                        "pin" if pin else "no-pin"], capture_output=True,
                        text=True, env=dict(os.environ, GLOG_v="3"))
     if r.returncode != 0:
         raise SystemExit(f"Lite in its own process failed: {r.stderr[-2000:]}")
@@ -177,8 +179,9 @@ def bench(run_dir, tmp, batches, calls):
         x = rng.uniform(-1, 1, (b, train.obs_dim)).astype(np.float32)
         ref = train._run(x)
         runtimes = [("training cell (GRAPH_MODE)", train._run), ("MindIR + GraphCell", ms_pol._run),
-                    ("ONNX Runtime", ort_pol._run), ("MindSpore Lite, shim, in process", None),
-                    ("MindSpore Lite, shim, child process (from msrl)", lite_pol._run)]
+                    ("ONNX Runtime", ort_pol._run), ("MindSpore Lite, shim, in process", False),
+                    ("MindSpore Lite, shim, in process, pinned", True),
+                    ("MindSpore Lite, shim, child process (pinned; from msrl)", lite_pol._run)]
         if w is not None:
             runtimes.append(("NumPy", numpy_policy(w)))
             tp = torch_policy(w)
@@ -186,8 +189,8 @@ def bench(run_dir, tmp, batches, calls):
                 runtimes.insert(3, ("PyTorch eager", tp))
         n = calls if b == 1 else max(calls // 4, 100)
         for name, fn in runtimes:
-            if fn is None:
-                p50, p99, got = lite_in_process(os.path.join(exp_dyn, "actor_lite.mindir"), x, n, tmp)
+            if isinstance(fn, bool):
+                p50, p99, got = lite_in_process(os.path.join(exp_dyn, "actor_lite.mindir"), x, n, tmp, fn)
             else:
                 p50, p99 = timeit(fn, x, n)
                 got = fn(x)

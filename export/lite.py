@@ -11,11 +11,12 @@ installed where the export runs) and fixes the precision in the model; Lite's ge
 optimization would parse [ascend_context] and drop it. The
 conversion runs in a process of its own (deploy.lite_process): this process holds MindSpore.
 
-The converted graph is the exported ONNX graph with one rewrite Lite 2.0.0 needs, measured:
-its shape inference rejects ``Pow`` whose base is a constant (the recurrent cells' correctly
-rounded sigmoid ``1 / (1 + 2^(-x log2 e))``), and runs it when the base is computed in the graph,
-so such a base becomes ``Expand(base, Shape(exponent))`` (the same values, element for element).
-actor.onnx itself is not changed.
+The converted graph is the exported ONNX graph with two rewrites Lite 2.0.0 needs, measured, each
+giving the same values element for element: its shape inference rejects ``Pow`` whose base is a
+constant (the recurrent cells' correctly rounded sigmoid ``1 / (1 + 2^(-x log2 e))``) and runs it
+when the base is computed in the graph, so such a base becomes ``Expand(base, Shape(exponent))``;
+its CPU target has no uint8 Reshape kernel (a multi-input graph reshapes the camera's raw frames,
+then casts them), so that Cast moves before the Reshape. actor.onnx itself is not changed.
 """
 from __future__ import annotations
 
@@ -76,6 +77,46 @@ def computed_pow_bases(model) -> List[str]:
     return rewritten
 
 
+def cast_before_uint8_reshape(model) -> List[str]:
+    """Rewrite Reshape(uint8) -> Cast into Cast -> Reshape (the camera inputs of a multi-input graph):
+    Lite 2.0.0's CPU target has no uint8 Reshape kernel, and an element-wise cast commutes with a
+    reshape exactly. Returns the rewritten Reshape nodes' names."""
+    from onnx import helper
+
+    from .onnx import tensor_dtypes
+    graph = model.graph
+    types = tensor_dtypes(model)
+    consumers: dict = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    moves = {}  # id(Reshape) -> its one consumer, a Cast
+    for node in graph.node:
+        if node.op_type != "Reshape":
+            continue
+        users = consumers.get(node.output[0], [])
+        if types.get(node.input[0]) == "uint8" and len(users) == 1 and users[0].op_type == "Cast":
+            moves[id(node)] = users[0]
+    nodes, dropped = [], {id(c) for c in moves.values()}
+    for node in graph.node:
+        if id(node) in dropped:
+            continue
+        cast = moves.get(id(node))
+        if cast is not None:
+            casted = f"{node.name}/lite_cast"
+            to = next(helper.get_attribute_value(a) for a in cast.attribute if a.name == "to")
+            nodes.append(helper.make_node("Cast", [node.input[0]], [casted], name=casted, to=to))
+            node.input[0], node.output[0] = casted, cast.output[0]
+        nodes.append(node)
+    rewritten = [n.name for n in graph.node if id(n) in moves]
+    copies = [type(n)() for n in nodes]
+    for c, n in zip(copies, nodes):
+        c.CopyFrom(n)
+    del graph.node[:]
+    graph.node.extend(copies)
+    return rewritten
+
+
 def converter_config(target: str, mode: str) -> str:
     """The converter's config file text: for Ascend, ``[ascend_context]`` with the explicit mode."""
     return f"[ascend_context]\nprecision_mode={mode}\n" if target == "ascend" else ""
@@ -92,7 +133,8 @@ def write_lite(onnx_path: str, out_path: str, target: str = "cpu", precision_mod
     assert out_path.endswith(".mindir")
     mode = check_options(target, precision_mode)
     model = onnx.load(onnx_path)
-    rewritten = computed_pow_bases(model)
+    rewrites = {"pow_constant_base_computed": computed_pow_bases(model),
+                "cast_before_uint8_reshape": cast_before_uint8_reshape(model)}
     config = converter_config(target, mode)
     with tempfile.TemporaryDirectory(prefix="msrl-lite-") as tmp:
         src = os.path.join(tmp, "actor.onnx")
@@ -120,5 +162,5 @@ def write_lite(onnx_path: str, out_path: str, target: str = "cpu", precision_mod
     return {"tool": "mindspore_lite converter", "lite_version": version, "from": os.path.basename(onnx_path),
             "fmk": "ONNX", "save_type": "MINDIR", "weight_fp16": False, "target": target,
             "optimize": "ascend_oriented" if target == "ascend" else "general", "precision_mode": mode,
-            "config": config, "onnx_rewrites": {"pow_constant_base_computed": rewritten},
+            "config": config, "onnx_rewrites": rewrites,
             "seconds": round(seconds, 3)}

@@ -17,6 +17,7 @@ int32 itself (networks.heads.ArgmaxHead), and this writer checks the written gra
 from __future__ import annotations
 
 import os
+from typing import Dict
 
 import numpy as np
 
@@ -179,3 +180,22 @@ def _make_batch_dynamic(onnx, model, cell, inputs, out_path: str, batch: int = 1
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     onnx.save(dyn, out_path)
     return None
+
+
+def tensor_dtypes(model) -> Dict[str, str]:
+    """Every tensor's element type by name (inputs, initializers, Constants, inferred values)."""
+    import onnx
+    from onnx import helper
+    inferred = onnx.shape_inference.infer_shapes(model)
+    out: Dict[str, str] = {}
+    for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+        if vi.type.tensor_type.elem_type:
+            out[vi.name] = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+    for init in model.graph.initializer:
+        out[init.name] = helper.tensor_dtype_to_np_dtype(init.data_type).name
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    out[node.output[0]] = helper.tensor_dtype_to_np_dtype(a.t.data_type).name
+    return out

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Dict, Optional
+from typing import Optional
 
 from msrl_consistent.deploy import ExportError
 
 from . import cann_onnx_ops as cann
+from .onnx import tensor_dtypes
 
 KEEPS_FLOAT32 = ("must_keep_origin_dtype",)
 """ATC precision modes that never compute a float32 operator in float16."""
@@ -32,25 +33,6 @@ class PreflightError(ExportError):
     """ATC would refuse actor.onnx (exit 2, naming the operator)."""
 
 
-def _dtypes(model) -> Dict[str, str]:
-    """Every tensor's element type by name (inputs, initializers, Constants, inferred values)."""
-    import onnx
-    from onnx import helper
-    inferred = onnx.shape_inference.infer_shapes(model)
-    out: Dict[str, str] = {}
-    for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
-        if vi.type.tensor_type.elem_type:
-            out[vi.name] = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
-    for init in model.graph.initializer:
-        out[init.name] = helper.tensor_dtype_to_np_dtype(init.data_type).name
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            for a in node.attribute:
-                if a.name == "value":
-                    out[node.output[0]] = helper.tensor_dtype_to_np_dtype(a.t.data_type).name
-    return out
-
-
 def preflight(onnx_path: str, precision_mode: str) -> dict:
     """Check ``onnx_path`` against CANN's table under ATC's ``precision_mode``; returns the report
     (``passed``, ``refused``: one line per refusal, ``float16_on_device``, ``unchecked``, ``notes``)."""
@@ -62,7 +44,7 @@ def preflight(onnx_path: str, precision_mode: str) -> dict:
     lo, hi = cann.OPSET_RANGE
     if opset is None or not lo <= opset <= hi:
         refused.append(f"{name}: opset {opset}, CANN {cann.CANN_VERSION}'s ATC takes opsets {lo}-{hi}")
-    types = _dtypes(model)
+    types = tensor_dtypes(model)
     for node in model.graph.node:
         what = f"operator {node.op_type} (node {node.name or node.output[0]})"
         entry = cann.OPERATORS.get(node.op_type) if node.domain in ("", "ai.onnx") else None

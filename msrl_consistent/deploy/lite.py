@@ -88,7 +88,7 @@ def load_shim(path: Optional[str] = None) -> ctypes.CDLL:
     c, i, p, s, z, i64 = ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int64
     for name, res, args in (
             ("msrl_lite_abi_version", i, []), ("msrl_lite_version", i, [c, z]),
-            ("msrl_lite_open", p, [c, c, i, c, i, s, z]), ("msrl_lite_close", i, [p]), ("msrl_lite_count", i, [p, i]),
+            ("msrl_lite_open", p, [c, c, i, c, i, i, s, z]), ("msrl_lite_close", i, [p]), ("msrl_lite_count", i, [p, i]),
             ("msrl_lite_info", i, [p, i, i, ctypes.POINTER(i), ctypes.POINTER(i64), i, c, z]),
             ("msrl_lite_resize", i, [p, i, ctypes.POINTER(i), ctypes.POINTER(i64), s, z]),
             ("msrl_lite_set_input", i, [p, i, i, p, z, s, z]), ("msrl_lite_predict", i, [p, s, z]),
@@ -134,16 +134,18 @@ class _Tensor:
         x = np.ascontiguousarray(x)
         if x.dtype not in _DTYPE:
             raise TypeError(f"Lite input {self._index}: dtype {x.dtype} has no Lite type")
-        err = ctypes.create_string_buffer(_ERR)
-        _check(self._model._lib.msrl_lite_set_input(self._model._handle, self._index, _DTYPE[x.dtype],
-                                                    x.ctypes.data_as(ctypes.c_void_p), x.nbytes, err, _ERR), err, "set input")
+        m = self._model
+        _check(m._lib.msrl_lite_set_input(m._handle, self._index, _DTYPE[x.dtype], x.ctypes.data_as(ctypes.c_void_p),
+                                          x.nbytes, m._err, _ERR), m._err, "set input")
 
     def get_data_to_numpy(self) -> np.ndarray:
-        dtype, shape, _ = self._info()
+        m = self._model
+        if m._out_info is None:  # after a build or a resize: the outputs' dtypes and shapes, once
+            m._out_info = [_Tensor(m, i, True)._info()[:2] for i in range(m._lib.msrl_lite_count(m._handle, 1))]
+        dtype, shape = m._out_info[self._index]
         out = np.empty(shape, dtype)
-        err = ctypes.create_string_buffer(_ERR)
-        _check(self._model._lib.msrl_lite_get_output(self._model._handle, self._index, out.ctypes.data_as(ctypes.c_void_p),
-                                                     out.nbytes, err, _ERR), err, "get output")
+        _check(m._lib.msrl_lite_get_output(m._handle, self._index, out.ctypes.data_as(ctypes.c_void_p), out.nbytes,
+                                           m._err, _ERR), m._err, "get output")
         return out
 
 
@@ -151,15 +153,17 @@ class _Model:
     def __init__(self, lib: ctypes.CDLL):
         self._lib = lib
         self._handle: Optional[ctypes.c_void_p] = None
+        self._err = ctypes.create_string_buffer(_ERR)
+        self._out_info: Optional[list] = None
 
     def build_from_file(self, path: str, model_type, context) -> None:
         target = context.target[0]
         device = context.ascend if target == "ascend" else context.cpu
-        err = ctypes.create_string_buffer(_ERR)
         handle = self._lib.msrl_lite_open(path.encode(), target.encode(), int(getattr(context.ascend, "device_id", 0)),
-                                          str(device.precision_mode).encode(), int(context.cpu.thread_num), err, _ERR)
+                                          str(device.precision_mode).encode(), int(context.cpu.thread_num),
+                                          int(context.cpu.thread_affinity_mode), self._err, _ERR)
         if not handle:
-            raise RuntimeError(err.value.decode("utf-8", "replace") or "Build failed")
+            raise RuntimeError(self._err.value.decode("utf-8", "replace") or "Build failed")
         self._handle = ctypes.c_void_p(handle)
 
     def get_inputs(self) -> List[_Tensor]:
@@ -169,12 +173,11 @@ class _Model:
         ranks = (ctypes.c_int * len(shapes))(*[len(s) for s in shapes])
         flat = [int(d) for s in shapes for d in s]
         dims = (ctypes.c_int64 * max(1, len(flat)))(*flat)
-        err = ctypes.create_string_buffer(_ERR)
-        _check(self._lib.msrl_lite_resize(self._handle, len(shapes), ranks, dims, err, _ERR), err, "resize")
+        _check(self._lib.msrl_lite_resize(self._handle, len(shapes), ranks, dims, self._err, _ERR), self._err, "resize")
+        self._out_info = None
 
     def predict(self, inputs: Sequence[_Tensor]) -> List[_Tensor]:
-        err = ctypes.create_string_buffer(_ERR)
-        n = _check(self._lib.msrl_lite_predict(self._handle, err, _ERR), err, "predict")
+        n = _check(self._lib.msrl_lite_predict(self._handle, self._err, _ERR), self._err, "predict")
         return [_Tensor(self, i, True) for i in range(n)]
 
     def __del__(self):
@@ -203,7 +206,7 @@ class ShimBinding:
 
     def Context(self):  # noqa: N802  (the name of mindspore_lite's class)
         ctx = _Device(target=["cpu"])
-        ctx.cpu = _Device(precision_mode="enforce_fp32", thread_num=1)
+        ctx.cpu = _Device(precision_mode="enforce_fp32", thread_num=1, thread_affinity_mode=0)
         ctx.ascend = _Device(precision_mode="enforce_fp16", device_id=0)  # Lite's own default: always overwritten
         return ctx
 
@@ -262,6 +265,26 @@ def available() -> bool:
         return False
 
 
+def installed_version() -> Optional[str]:
+    """The version of the Lite here (its Python module's distribution, else the installed shim's), or None."""
+    import importlib.metadata
+    try:
+        return importlib.metadata.version("mindspore-lite")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        record = read_record()
+    except BackendUnavailable:
+        return None
+    return None if record is None else str(record.get("lite_version", LITE_VERSION))
+
+
+def reads(path: str) -> bool:
+    """Whether the Lite here reads this MindIR file's version (its converter writes version 1)."""
+    version, most = mindir_version(path), MAX_MINDIR_VERSION.get(installed_version() or "")
+    return version is not None and most is not None and version <= most
+
+
 def mindir_version(path: str) -> Optional[int]:
     """A MindIR file's ``mind_ir_version`` (ModelProto field 13; protobuf read at the top level
     only), None when the file does not carry one."""
@@ -304,8 +327,11 @@ def mindir_version(path: str) -> Optional[int]:
 
 
 def lite_context(mslite, target: str = "cpu", device_id: int = 0, precision_mode: Optional[str] = None,
-                threads: int = 1):
-    """A Lite Context with an explicit precision mode (never Lite's fp16 default on Ascend)."""
+                threads: int = 1, pin: bool = False):
+    """A Lite Context with an explicit precision mode (never Lite's fp16 default on Ascend). ``pin``:
+    Lite's CPU threads and the calling thread on one core (affinity mode 2), for a process of its own:
+    Lite runs each call on an actor thread of its own, and unpinned on 2 cores a call took 14-100 us
+    depending on where the two threads landed; pinned ~14 us (docs/benchmarks.md)."""
     if target not in ("cpu", "ascend"):
         raise ExportError(f"lite target must be 'cpu' or 'ascend', got {target!r}")
     context = mslite.Context()
@@ -320,14 +346,16 @@ def lite_context(mslite, target: str = "cpu", device_id: int = 0, precision_mode
         raise ExportError(f"lite cpu precision_mode must be one of {LITE_CPU_PRECISION_MODES}, got {mode!r}")
     context.cpu.precision_mode = "enforce_fp32" if target == "ascend" else mode
     context.cpu.thread_num = int(threads)
+    if pin and target == "cpu" and threads == 1:
+        context.cpu.thread_affinity_mode = 2
     return context, mode
 
 
 def open_session(mslite, path: str, target: str = "cpu", device_id: int = 0, precision_mode: Optional[str] = None,
-                 threads: int = 1) -> Tuple[Callable[[List[np.ndarray]], List[np.ndarray]], dict]:
+                 threads: int = 1, pin: bool = False) -> Tuple[Callable[[List[np.ndarray]], List[np.ndarray]], dict]:
     """The runner's call sequence on either binding: context, build, then per call resize (when the
     shapes change), set inputs, predict. Returns (run(inputs) -> outputs, info)."""
-    context, mode = lite_context(mslite, target, device_id, precision_mode, threads)
+    context, mode = lite_context(mslite, target, device_id, precision_mode, threads, pin)
     model = mslite.Model()
     try:
         model.build_from_file(path, mslite.ModelType.MINDIR, context)
@@ -353,5 +381,5 @@ def open_session(mslite, path: str, target: str = "cpu", device_id: int = 0, pre
         for tensor, x in zip(inputs, xs):
             tensor.set_data_from_numpy(np.ascontiguousarray(x))
         return [o.get_data_to_numpy() for o in model.predict(inputs)]
-    return run, {"target": target, "precision_mode": mode, "device_id": int(device_id),
+    return run, {"target": target, "precision_mode": mode, "device_id": int(device_id), "pinned": bool(pin),
                  "binding": getattr(mslite, "name", "python"), "lite_version": binding_version(mslite)}

@@ -137,7 +137,8 @@ class LiteProcess:
 
 
 def serve() -> None:
-    """The child's loop: Lite's own stdout output goes to stderr, replies to the original stdout."""
+    """The child's loop: Lite's own stdout output goes to stderr, replies to the original stdout. The
+    child is Lite's alone, so its threads are pinned to one core (lite.lite_context)."""
     from . import lite
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
@@ -159,7 +160,7 @@ def serve() -> None:
                 mslite = lite.binding(req.get("prefer"))
             elif op == "open":
                 run, info = lite.open_session(mslite, req["path"], req.get("target", "cpu"), req.get("device_id", 0),
-                                              req.get("precision_mode"), req.get("threads", 1))
+                                              req.get("precision_mode"), req.get("threads", 1), pin=True)
                 runs.append(run)
                 reply.update(model=len(runs) - 1, info=info)
             elif op == "run":

@@ -205,12 +205,18 @@ def available_backends(export: Export) -> List[str]:
     """Backends whose model file the export holds and whose library imports here, best first."""
     import importlib.util
 
-    from .lite import available as lite_available
+    from . import lite
     out = []
     for b, module in (("om", "ais_bench"), ("om", "aclruntime"), ("mindspore_lite", None),
                       ("onnxruntime", "onnxruntime"), ("mindspore", "mindspore")):
-        here = lite_available() if module is None else importlib.util.find_spec(module) is not None
-        if export.model_file(b) in export.files and b not in out and here:
+        name = export.model_file(b)
+        if name not in export.files or b in out:
+            continue
+        if module is None:  # Lite: installed, and the export holds a model it reads (not MindSpore 2.10's MindIR)
+            here = lite.available() and lite.reads(export.path(name))
+        else:
+            here = importlib.util.find_spec(module) is not None
+        if here:
             out.append(b)
     return out
 

@@ -87,7 +87,7 @@ lib = lite.load_shim()
 err = ctypes.create_string_buffer(4096)
 def msg(code):
     return (code, err.value.decode())
-h = lib.msrl_lite_open(sys.argv[2].encode(), b"cpu", 0, b"enforce_fp32", 1, err, 4096)
+h = lib.msrl_lite_open(sys.argv[2].encode(), b"cpu", 0, b"enforce_fp32", 1, 0, err, 4096)
 assert h, err.value
 h = ctypes.c_void_p(h)
 bogus = ctypes.c_void_p(12345)
@@ -108,9 +108,9 @@ out = {
   "predict_ok": msg(lib.msrl_lite_predict(h, err, 4096)),
   "get_bytes": msg(lib.msrl_lite_get_output(h, 0, p, 3, err, 4096)),
   "get_index": msg(lib.msrl_lite_get_output(h, 9, p, 8, err, 4096)),
-  "open_target": (lib.msrl_lite_open(sys.argv[2].encode(), b"gpu", 0, b"enforce_fp32", 1, err, 4096), err.value.decode()),
-  "open_threads": (lib.msrl_lite_open(sys.argv[2].encode(), b"cpu", 0, b"enforce_fp32", 0, err, 4096), err.value.decode()),
-  "open_mode": (lib.msrl_lite_open(sys.argv[2].encode(), b"cpu", 0, b"enforce_fp16", 1, err, 4096), err.value.decode()),
+  "open_target": (lib.msrl_lite_open(sys.argv[2].encode(), b"gpu", 0, b"enforce_fp32", 1, 0, err, 4096), err.value.decode()),
+  "open_threads": (lib.msrl_lite_open(sys.argv[2].encode(), b"cpu", 0, b"enforce_fp32", 0, 0, err, 4096), err.value.decode()),
+  "open_mode": (lib.msrl_lite_open(sys.argv[2].encode(), b"cpu", 0, b"enforce_fp16", 1, 0, err, 4096), err.value.decode()),
   "close": lib.msrl_lite_close(h), "close_again": lib.msrl_lite_close(h),
 }
 print(repr(out))
@@ -138,7 +138,7 @@ def test_the_shim_checks_every_handle_pointer_index_and_size(lite_exports):
     assert out["get_bytes"] == (-1, "msrl_lite_get_output: output 0 holds 8 bytes, given 3")
     assert out["get_index"] == (-1, "msrl_lite_get_output: no output 9")
     assert out["open_target"] == (None, "msrl_lite_open: target must be 'cpu' or 'ascend', got 'gpu'")
-    assert out["open_threads"][0] is None and "threads must be 1..1024" in out["open_threads"][1]
+    assert out["open_threads"][0] is None and "threads must be 1..1024, device_id >= 0, affinity 0..2" in out["open_threads"][1]
     assert out["open_mode"][0] is None and "cpu precision_mode must be enforce_fp32 or preferred_fp16" in out["open_mode"][1]
     assert out["close"] == 0 and out["close_again"] == -1
 
