@@ -223,7 +223,8 @@ def available_backends(export: Export) -> List[str]:
 
 def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = False, fallback: Optional[str] = "auto",
          latency_budget_ms: Optional[float] = None, switch_after: int = 3, target: str = "cpu",
-         device_id: int = 0, precision_mode: Optional[str] = None, check_hashes: bool = True) -> ExportPolicy:
+         device_id: int = 0, precision_mode: Optional[str] = None, check_hashes: bool = True,
+         pin: bool = False) -> ExportPolicy:
     """Open and validate an export directory and load it on ``backend`` (None: the first of om,
     mindspore_lite, onnxruntime, mindspore that is installed and exported).
 
@@ -231,6 +232,7 @@ def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = F
     violation or a backend exception is answered by the ``fallback`` backend ('auto': another
     installed backend of the same export; None: raise GuardError); ``switch_after`` consecutive
     calls over ``latency_budget_ms`` move every later call to the fallback. Counters: ``guard_stats()``.
+    ``pin=True`` (Lite's CPU target): Lite's threads and the calling thread bound to one core, for good.
     """
     export = open_export(directory, None, hashes=check_hashes, golden=False)
     if backend is None:
@@ -242,7 +244,7 @@ def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = F
         backend = found[0]
     backend = canonical_backend(backend)
     policy = ExportPolicy(export, make_runner(export, backend, target=target, device_id=device_id,
-                                              precision_mode=precision_mode))
+                                              precision_mode=precision_mode, pin=pin))
     if guard:
         policy.guard = guard_for(export, backend, fallback, lambda b: ExportPolicy(export, make_runner(export, b)),
                                  latency_budget_ms, switch_after)

@@ -171,6 +171,12 @@ def test_the_bundle_runs_lite_on_a_board_without_msrl_or_mindspore(lite_exports,
     home = {"MSRL_LITE_HOME": lite.lite_home(), "HOME": "/nonexistent"}  # found by the variable alone
     assert board(board_path, lite_exports["cartpole"], "check", "--backend", "lite", "--latency-seconds", "0",
                  env=home).returncode == 0
+    code = ("from policy import load\nimport numpy as np\npi = load('.', backend='lite', pin=True)\n"
+            "print(pi.runner.info['pinned'], pi.act(np.zeros((3, 4), np.float32)).tolist())")
+    r = subprocess.run([sys.executable, "-S", "-c", code], cwd=lite_exports["cartpole"], capture_output=True, text=True,
+                       env={"PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp"), "GLOG_v": "3"})
+    want = load_policy(lite_exports["cartpole"], backend="onnxruntime").act(np.zeros((3, 4), np.float32)).tolist()
+    assert r.returncode == 0 and r.stdout.split(" ", 1) == ["True", f"{want}\n"], r.stdout + r.stderr
 
 
 def test_mindspore_mindir_on_lite_names_the_version_and_the_way_out(cartpole_run, lite_runtime, tmp_path):
