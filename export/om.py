@@ -3,11 +3,10 @@
 ATC converts with ``--framework=5`` (ONNX), the ONNX input name and shape, the SoC version
 and an explicit ``--precision_mode``. ATC's default on Ascend inference SoCs is fp16
 (force_fp16), which silently changes a policy's arithmetic, so msrl always passes the mode and
-records it in the manifest. The default is ``force_fp32``: float32 for every operator CANN has a
-float32 kernel for; the operators it lists for float16 only (MatMul, on Atlas inference products)
-run in float16 and the ATC pre-flight (preflight.py) names them. ``must_keep_origin_dtype``
-refuses such a graph instead (ATC's own description of the mode), which the pre-flight reports
-before ATC runs.
+records it in the manifest. The default is ``must_keep_origin_dtype``: the graph's float32 stays
+float32, and ATC refuses a graph with an operator CANN has no float32 kernel for (MatMul, on
+Atlas inference products), which the ATC pre-flight (preflight.py) reports before ATC runs;
+``force_fp32`` converts such a graph with that operator in float16, which the pre-flight names.
 
 Nothing here runs on a machine without CANN: ``atc`` missing from PATH raises
 :class:`AtcUnavailable` (exit 2) with what to install.
@@ -20,7 +19,7 @@ import subprocess
 from typing import List
 
 ATC_PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
-DEFAULT_PRECISION_MODE = "force_fp32"
+DEFAULT_PRECISION_MODE = "must_keep_origin_dtype"
 ONNX_FRAMEWORK = 5
 
 

@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--batch", default="dynamic", help="fixed batch size N or 'dynamic' (default)")
     x.add_argument("--golden", type=int, default=1024, help="observations in the golden set (default 1024)")
     x.add_argument("--soc-version", help="OM: the Ascend SoC, e.g. Ascend310P3")
-    x.add_argument("--precision-mode", help="OM: ATC precision mode (default force_fp32)")
+    x.add_argument("--precision-mode", help="OM: ATC precision mode (default must_keep_origin_dtype)")
     x.add_argument("--preflight-only", action="store_true",
                    help="OM: check actor.onnx against CANN's ONNX operator list instead of running ATC (no CANN needed)")
     x.add_argument("--lite-target", default="cpu", choices=["cpu", "ascend"],
