@@ -10,7 +10,6 @@ is staged beside the target and renamed into place, so a failed install leaves t
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -24,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from .deploy import lite
+from .deploy import file_sha256, lite
 from .deploy.errors import ExportError
 
 WHEEL = f"mindspore-lite=={lite.LITE_VERSION}"
@@ -38,14 +37,6 @@ SKIP = ("_c_lite_wrapper",)  # the CPython 3.7 extension module: never loadable 
 
 class LiteInstallError(ExportError):
     """What ``msrl lite install`` cannot do here, with what is missing and how to get it (exit 2)."""
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def check_platform() -> None:
@@ -153,7 +144,7 @@ def _current(home: str) -> Optional[dict]:
     if not record or record.get("lite_version") != lite.LITE_VERSION or record.get("shim_abi") != lite.SHIM_ABI:
         return None
     shim = os.path.join(home, record["shim"])
-    if not os.path.isfile(shim) or record.get("shim_source_sha256") != _sha256(SHIM_SOURCE):
+    if not os.path.isfile(shim) or record.get("shim_source_sha256") != file_sha256(SHIM_SOURCE):
         return None
     return record
 
@@ -177,9 +168,9 @@ def install(home: Optional[str] = None, wheel: Optional[str] = None, force: bool
         shim = compile_shim(cxx, root)
         rel = os.path.relpath(shim, staging)
         version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-        record = {"lite_version": lite.LITE_VERSION, "wheel": os.path.basename(wheel), "wheel_sha256": _sha256(wheel),
-                  "shim": rel, "shim_abi": lite.SHIM_ABI, "shim_sha256": _sha256(shim),
-                  "shim_source_sha256": _sha256(SHIM_SOURCE), "compiler": (version or [cxx])[0],
+        record = {"lite_version": lite.LITE_VERSION, "wheel": os.path.basename(wheel), "wheel_sha256": file_sha256(wheel),
+                  "shim": rel, "shim_abi": lite.SHIM_ABI, "shim_sha256": file_sha256(shim),
+                  "shim_source_sha256": file_sha256(SHIM_SOURCE), "compiler": (version or [cxx])[0],
                   "python": platform.python_version(), "disk_bytes": size + os.path.getsize(shim)}
         with open(os.path.join(staging, lite.RECORD), "w", encoding="utf-8") as fh:
             json.dump(record, fh)
