@@ -1,6 +1,6 @@
 """Every export kind on MindSpore Lite (CPU target, the real runtime), beside ONNX Runtime.
 
-    msrl lite install && python benchmarks/lite_every_kind.py [--workdir DIR] [--out results.json]
+    msrl lite install && python benchmarks/lite_every_kind.py [--shipped] [--workdir DIR] [--out results.json]
 
 Trains a short run of each kind (what is measured is the runtimes' arithmetic on the exported
 policy, not what it learned), exports it with `--format mindir,onnx,lite,om --preflight-only`
@@ -10,8 +10,10 @@ verdict under its default precision mode. The kinds: PPO CartPole (Discrete), PP
 (Box, observation normalization), SAC and TD3 Pendulum, FrozenLake (Discrete observations),
 recurrent PPO CartPoleNoVel, MultiSensorReach (Dict with a camera: two graph inputs), a member of
 a 2-seed CartPole population, and the test envs of tests/spaces_envs.py (Dict observations,
-MultiDiscrete and MultiBinary actions, uint8 frames stacked 2 with an action repeat). The
-figures in docs/benchmarks.md come from this script.
+MultiDiscrete and MultiBinary actions, uint8 frames stacked 2 with an action repeat); with
+``--shipped`` also every other shipped config (Breakout, the gSDE and HalfCheetah recipes,
+InvertedPendulum, PendulumNoVel: `pip install -e ".[atari,mujoco]"`). The figures in
+docs/benchmarks.md come from this script.
 """
 import argparse
 import json
@@ -56,6 +58,15 @@ KINDS = {
     "ppo uint8 frames, stack 2, repeat 2 (test env)": ("MsrlTestDot-v0", 1024, "  frame_stack: 2\n  max_and_skip: 2\n"),
     "ppo CartPole-v1 population member (--seeds 0-1)": ("ppo/CartPole-v1", 4096, ["--seeds", "0-1"]),
 }
+SHIPPED = {  # the other shipped configs (--shipped): the atari and mujoco extras
+    "ppo Breakout-v5 (84x84 frames, 4 stacked)": ("ppo/Breakout-v5", 1024, []),
+    "ppo Pendulum-v1 gSDE": ("ppo/Pendulum-v1-gsde", 2048, []),
+    "ppo PendulumNoVel-v1 LSTM (recurrent, gSDE)": ("ppo/PendulumNoVel-v1-lstm", 2048, []),
+    "ppo InvertedPendulum-v5": ("ppo/InvertedPendulum-v5", 2048, []),
+    "ppo HalfCheetah-v5": ("ppo/HalfCheetah-v5", 2048, []),
+    "sac HalfCheetah-v5": ("sac/HalfCheetah-v5", 600, ["--set", "algo.learning_starts=100"]),
+    "td3 HalfCheetah-v5": ("td3/HalfCheetah-v5", 600, ["--set", "algo.learning_starts=100"]),
+}
 
 
 def train(name, spec, workdir):
@@ -95,10 +106,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", default=None)
     p.add_argument("--out", default=None, help="write the rows as JSON here")
+    p.add_argument("--shipped", action="store_true", help="also every other shipped config (atari and mujoco extras)")
     args = p.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="msrl-lite-kinds-")
     rows = {}
-    for name, spec in KINDS.items():
+    for name, spec in {**KINDS, **(SHIPPED if args.shipped else {})}.items():
         rows[name] = measure(train(name, spec, workdir), os.path.join(workdir, "exports", str(len(rows))))
         print(json.dumps({name: rows[name]}), flush=True)
     print("\n| export kind | Lite: golden set | ONNX Runtime: golden set | Lite rollouts identical | ATC pre-flight |")
