@@ -63,19 +63,13 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
     bounds (infinite bounds: the visited mean +- 3 std; images: uniform uint8 pixels). With frame
     stacking, the stacked rows the model consumed. Returns (obs, counts)."""
     n_roll = (3 * n) // 4
-    visited = []
-    ep = 0
-    while sum(len(v) for v in visited) < n_roll and ep < 1000:
+    episodes, ep = [], 0
+    while sum(len(f) for f in episodes) < n_roll and ep < 1000:
         run = run_episodes(policy.env_config(), policy.act, 1, seed + ep, trajectories=True)
-        frames = np.asarray(run["episodes"][0]["obs"], policy.spec.input_dtype)
-        if policy.spec.frame_stack > 1:  # the rows the model saw: the episode's frames through FrameStack
-            stack = FrameStack(policy.spec.frame_stack, policy.spec.frame_dim)
-            frames = np.concatenate([stack.push(frames[i:i + 1]) for i in range(len(frames))])
-        visited.append(frames)
+        episodes.append(np.asarray(run["episodes"][0]["obs"], policy.spec.input_dtype))
         ep += 1
-    visited = np.concatenate(visited)
-    idx = np.linspace(0, len(visited) - 1, n_roll).round().astype(int)
-    rollout_obs = visited[idx]
+    idx = np.linspace(0, sum(len(f) for f in episodes) - 1, n_roll).round().astype(int)
+    rollout_obs = _rows_at(policy.spec, episodes, idx)
     rng = np.random.default_rng(seed)
     spec = policy.spec
     low, high = spec.obs_low.astype(np.float64), spec.obs_high.astype(np.float64)
@@ -84,6 +78,7 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
     # whose every bound is finite and at most 1e3 wide, as a camera's pixels, keeps its bounds). A
     # camera's float64 statistics over a 27,000-step Atari episode took more than 20 GB.
     if (~(np.isfinite(low) & np.isfinite(high) & (high - low <= 1e3))).any():
+        visited = _rows_at(policy.spec, episodes, np.arange(sum(len(f) for f in episodes)))
         mean, std = visited.mean(0), np.maximum(visited.std(0), 1.0)
         low = np.where(np.isfinite(low), low, mean - 3 * std)
         high = np.where(np.isfinite(high), high, mean + 3 * std)
@@ -92,6 +87,26 @@ def golden_observations(policy: TrainCellPolicy, n: int, seed: int = GOLDEN_SEED
     bound_obs = spec.sample_obs(rng, low, high, n - n_roll)
     return np.concatenate([rollout_obs, bound_obs]), {"rollout": int(n_roll), "bounds": int(n - n_roll),
                                                       "episodes": ep, "seed": seed}
+
+
+def _rows_at(spec, episodes: list, idx: np.ndarray) -> np.ndarray:
+    """The rows the model consumed at the indices ``idx`` of the episodes' steps laid end to end:
+    with frame stacking, each episode's frames through FrameStack, keeping only the rows asked for
+    (a stacked raw Atari row is 403 KB: all 27,000 of an untrained policy's episode took > 20 GB)."""
+    if not len(idx):
+        return _rows_at(spec, episodes[:1], np.zeros(1, int))[:0]
+    rows, start = [], 0
+    for frames in episodes:
+        want = idx[(idx >= start) & (idx < start + len(frames))] - start
+        if spec.frame_stack <= 1:
+            rows.append(frames[want])
+        elif len(want):
+            stack, keep = FrameStack(spec.frame_stack, spec.frame_dim), np.bincount(want, minlength=len(frames))
+            for i in range(int(want.max()) + 1):
+                row = stack.push(frames[i:i + 1])
+                rows.extend([row] * int(keep[i]))
+        start += len(frames)
+    return np.concatenate(rows)
 
 
 def golden_sequences(policy: TrainCellPolicy, lanes: int, steps: int, seed: int = GOLDEN_SEED) -> tuple:
