@@ -98,7 +98,7 @@ def measure(run, out, episodes=3):
         g = r["golden"]
         row[backend] = {"passed": r["passed"], "golden": g.get("count"),
                         **{k: g[k] for k in ("agreement", "max_abs_error", "max_h_error", "max_c_error") if k in g},
-                        "identical_episodes": r["rollouts"].get("identical_episodes")}
+                        "identical_episodes": (r["rollouts"] or {}).get("identical_episodes")}
     return row
 
 
