@@ -162,8 +162,8 @@ class _quiet_fd2:
 
 
 def _lite(path, fixed, target="cpu", device_id=0, precision_mode=None, threads=1, pin=False, **_):
-    """Lite's Python module or the installed shim (deploy.lite); in a child process where MindSpore's
-    libraries are loaded here, as the two cannot share a process."""
+    """Lite's Python module or the installed shim (deploy.lite); in a child process (pinned) wherever
+    MindSpore is installed, as the two cannot share a process (deploy.lite_process)."""
     from . import lite
     from .lite_process import LiteProcess, needs_own_process
     if needs_own_process():

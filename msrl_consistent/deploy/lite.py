@@ -25,14 +25,16 @@ HOME_ENV = "MSRL_LITE_HOME"
 """Names the directory ``msrl lite install`` installed into (default: :func:`default_home`)."""
 RECORD = "install.json"
 SHIM = "libmsrl_lite_shim.so"
-SHIM_ABI = 1
+SHIM_ABI = 2
+"""The shim's C signatures; raised with every change of them (lite_shim.cc's kAbiVersion)."""
 LITE_VERSION = "2.0.0"
 MAX_MINDIR_VERSION = {"2.0.0": 1}
 """The newest MindIR version each Lite release reads (measured: 2.0.0 refuses MindSpore 2.10's version 3)."""
 INSTALL_HINT = "run `msrl lite install` (or set MSRL_LITE_HOME to the directory it installed into)"
 _ERR = 4096
-_DTYPE: Dict[np.dtype, int] = {np.dtype(np.float32): 43, np.dtype(np.int32): 34, np.dtype(np.uint8): 37, np.dtype(np.int64): 35,
-          np.dtype(np.float16): 42, np.dtype(np.float64): 44, np.dtype(np.int8): 32, np.dtype(np.bool_): 30}
+_DTYPE: Dict[np.dtype, int] = {
+    np.dtype(np.float32): 43, np.dtype(np.int32): 34, np.dtype(np.uint8): 37, np.dtype(np.int64): 35,
+    np.dtype(np.float16): 42, np.dtype(np.float64): 44, np.dtype(np.int8): 32, np.dtype(np.bool_): 30}
 """NumPy dtype -> MindSpore's DataType code (include/api/data_type.h)."""
 _NUMPY: Dict[int, np.dtype] = {v: k for k, v in _DTYPE.items()}
 

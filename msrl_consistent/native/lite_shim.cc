@@ -48,7 +48,7 @@ class Converter {
 }  // namespace mindspore
 
 namespace {
-constexpr int kAbiVersion = 1;
+constexpr int kAbiVersion = 2;  // deploy/lite.py SHIM_ABI: raised with every signature change
 constexpr int kMaxDims = 8;
 constexpr int64_t kMaxElements = int64_t(1) << 40;
 
