@@ -143,6 +143,16 @@ def test_the_shim_checks_every_handle_pointer_index_and_size(lite_exports):
     assert out["close"] == 0 and out["close_again"] == -1
 
 
+def test_a_shim_of_other_signatures_is_refused_by_number(lite_runtime):
+    """A shim built from an older source (other C signatures) is never called: its ABI number says so."""
+    code = ("from msrl_consistent.deploy import lite\nlite.SHIM_ABI += 1\ntry:\n    lite.load_shim()\n"
+            "except lite.BackendUnavailable as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, GLOG_v="3"))
+    assert f"Lite shim ABI {lite.SHIM_ABI}, this code needs {lite.SHIM_ABI + 1}; run `msrl lite install --force`" in r.stdout, \
+        r.stdout + r.stderr
+
+
 def test_verify_eval_and_replay_run_on_lite(lite_exports, tmp_path, capsys):
     """Discrete: identical to the training cell; continuous: within 1e-5. In this process MindSpore is
     loaded, so Lite runs in a process of its own."""
