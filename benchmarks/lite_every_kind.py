@@ -115,20 +115,20 @@ def main():
         rows[name] = measure(train(name, spec, workdir), os.path.join(workdir, "exports", str(len(rows))),
                              episodes=0 if "Breakout" in name else 3)
         print(json.dumps({name: rows[name]}), flush=True)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"date": time.strftime("%Y-%m-%d"), "rows": rows}, fh, indent=1)
     print("\n| export kind | Lite: golden set | ONNX Runtime: golden set | Lite rollouts identical | ATC pre-flight |")
     print("| --- | --- | --- | --- | --- |")
     for name, r in rows.items():
         def cell(g):
-            if "max_h_error" in g:
-                return f"{g['agreement']:.4f} agree; h {g['max_h_error']:.2g}, c {g['max_c_error']:.2g}"
-            return f"{g['agreement']:.4f} agree" if "agreement" in g else f"max error {g['max_abs_error']:.2g}"
+            action = f"{g['agreement']:.4f} agree" if "agreement" in g else f"max error {g['max_abs_error']:.2g}"
+            return action + (f"; h {g['max_h_error']:.2g}, c {g['max_c_error']:.2g}" if "max_h_error" in g else "")
         pre = "pass" + (f" ({', '.join(r['atc_float16_on_device'])} in float16)" if r["atc_float16_on_device"] else "")
         rollouts = "-" if r["lite"]["identical_episodes"] is None else f"{r['lite']['identical_episodes']}/3"
         print(f"| {name} | {cell(r['lite'])} | {cell(r['onnxruntime'])} | {rollouts} | "
               f"{pre if r['atc_preflight'] else 'refused'} |")
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"date": time.strftime("%Y-%m-%d"), "rows": rows}, fh, indent=1)
+
 
 
 if __name__ == "__main__":
