@@ -130,6 +130,5 @@ def main():
               f"{pre if r['atc_preflight'] else 'refused'} |")
 
 
-
 if __name__ == "__main__":
     main()
