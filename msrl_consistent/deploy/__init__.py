@@ -35,7 +35,9 @@ The modules, one concern each: ``errors`` and ``names`` (the vocabulary: errors,
 schema version, file names, limits, backend names), ``fields`` (typed manifest fields), ``spaces``
 (:class:`SpaceSpec`, the one description of the observation and action spaces, shared with
 training), ``reader`` (:class:`Export`, :func:`open_export`), ``golden``,
-``backends`` (one runner per backend), ``inputs`` (validate and pack observations per space),
+``backends`` (one runner per backend), ``lite`` (MindSpore Lite's call sequence on its Python module
+or msrl's C shim), ``lite_process`` (Lite in a process of its own where MindSpore is installed),
+``inputs`` (validate and pack observations per space),
 ``policy`` (:class:`Policy`, :func:`load`), ``guard``, ``frames`` (:class:`FrameStack`,
 :class:`MaxAndSkip`), ``recurrent`` (a recurrent policy's carried state and the manifest's
 ``io.state``), ``sequences`` (golden sequences through the deployed loop, step by step, and the
