@@ -139,7 +139,7 @@ def board(board_path, bundle, *args, env=None):
     import subprocess
 
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp"),
-           **(env or {})}
+           **{k: v for k, v in os.environ.items() if k == "MSRL_LITE_HOME"}, **(env or {})}
     return subprocess.run([sys.executable, "-S", "policy.py", *args], cwd=bundle, env=env, capture_output=True,
                           text=True, timeout=300)
 

@@ -184,7 +184,8 @@ def test_the_bundle_runs_lite_on_a_board_without_msrl_or_mindspore(lite_exports,
     code = ("from policy import load\nimport numpy as np\npi = load('.', backend='lite', pin=True)\n"
             "print(pi.runner.info['pinned'], pi.act(np.zeros((3, 4), np.float32)).tolist())")
     r = subprocess.run([sys.executable, "-S", "-c", code], cwd=lite_exports["cartpole"], capture_output=True, text=True,
-                       env={"PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp"), "GLOG_v": "3"})
+                       env={"PYTHONPATH": board_path, "HOME": os.environ.get("HOME", "/tmp"), "GLOG_v": "3",
+                            "MSRL_LITE_HOME": lite.lite_home()})
     want = load_policy(lite_exports["cartpole"], backend="onnxruntime").act(np.zeros((3, 4), np.float32)).tolist()
     assert r.returncode == 0 and r.stdout.split(" ", 1) == ["True", f"{want}\n"], r.stdout + r.stderr
 
