@@ -65,7 +65,7 @@ def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id:
     """Load the backend's model file of a validated export. Load failures and a model that does
     not run on the manifest's input shape raise ExportError naming the file, as does a model file
     the export does not hold. ``pin`` (Lite's CPU target, in this process): Lite's threads and the
-    calling thread on one core for good (deploy.lite.lite_context: 2-4x shorter calls measured)."""
+    calling thread on one core for good (deploy.lite.lite_context; the calls' times: docs/benchmarks.md)."""
     backend = canonical_backend(backend)
     require_model_file(export, backend)
     name = export.model_file(backend)

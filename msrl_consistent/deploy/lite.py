@@ -332,8 +332,8 @@ def lite_context(mslite, target: str = "cpu", device_id: int = 0, precision_mode
                 threads: int = 1, pin: bool = False):
     """A Lite Context with an explicit precision mode (never Lite's fp16 default on Ascend). ``pin``:
     Lite's CPU threads and the calling thread on one core (affinity mode 2), for a process of its own:
-    Lite runs each call on an actor thread of its own, and unpinned on 2 cores a call took 14-100 us
-    depending on where the two threads landed; pinned ~14 us (docs/benchmarks.md)."""
+    Lite runs each call on an actor thread of its own while the caller waits, and where the two
+    threads land on different cores every call pays two cross-core wake-ups (docs/benchmarks.md)."""
     if target not in ("cpu", "ascend"):
         raise ExportError(f"lite target must be 'cpu' or 'ascend', got {target!r}")
     context = mslite.Context()

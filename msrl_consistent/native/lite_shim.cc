@@ -118,9 +118,9 @@ void *msrl_lite_open(const char *path, const char *target, int device_id, const 
     auto context = std::make_shared<mindspore::Context>();
     context->SetThreadNum(threads);
     // Lite 2.0's CPU runtime runs each Predict on an actor thread of its own while the caller waits;
-    // unbound, the two land on different cores and a call pays two cross-core wake-ups (14-100 us,
-    // bimodal, on 2 cores). Affinity 2 binds them to one core (~14 us, steady) and pins the calling
-    // thread for good: the caller decides (a process of its own pins, a user's process does not).
+    // unbound, the two may land on different cores and a call pays two cross-core wake-ups. Affinity
+    // 2 binds them to one core and pins the calling thread for good: the caller decides (a process of
+    // its own pins, a user's process does not). Times: docs/benchmarks.md, "MindSpore Lite".
     if (affinity != 0) context->SetThreadAffinity(affinity);
     auto &devices = context->MutableDeviceInfo();
     if (tgt == "ascend") {
