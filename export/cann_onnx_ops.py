@@ -8,7 +8,7 @@ What this is
     own "supported ONNX version" line), and "ONNX算子清单当前仅支持Atlas 推理系列产品" (the ONNX
     operator list currently applies to Atlas inference series products only, i.e. Ascend 310P).
 
-CANN version and where it comes from (read 2026-12-04 through the stored-docs search tool; the
+CANN version and where it comes from (read 2026-12-04 from stored copies of these pages; the
 live site was not fetched)
     * Operator set: the CANN 8.0.0 commercial index page (160 entries, all keys of OPERATORS)
       https://www.hiascend.com/doc_center/source/zh/canncommercial/800/apiref/aolapi/operatorlist_00176.html
@@ -39,7 +39,7 @@ Shape of an entry
     Keys are ONNX op_type spellings; where CANN's index spells it differently (Argmax, LogSoftMax,
     Cumsum) the note says so.  Lookup for input i: dtypes[i], else dtypes["*"]; an index present
     in neither is not constrained by the table.  ``None`` means the table gives no dtype list for
-    it (or, where the note says "not transcribed", that this pass did not read the page).
+    it (or, where the note says "not transcribed", that the transcription did not read the page).
     Dtype names follow ONNX/numpy: the docs' "float" -> "float32", "double" -> "float64";
     quantized names (qint8 ...) are kept as written.  "opsets" is the page's "支持的ONNX版本"
     line; it is absent when the page was not read.
@@ -53,7 +53,7 @@ What the table does NOT cover
     * Ops only reachable through ATC's fusion/custom-op plugins, and products other than Atlas
       inference series (310P).  It does not prove ATC will succeed; it only flags what CANN's own
       table does not list.
-    * Many index entries were not transcribed in this pass (see their notes); for those only the
+    * Many index entries were not transcribed (see their notes); for those only the
       presence of the op in the 8.0.0 list is known.
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ F16 = "float16"
 F32 = "float32"
 F64 = "float64"
 _FLOATS = (F16, F32)
-_NT = "listed in the 8.0.0 index; per-op page not transcribed in this pass (dtypes/opsets unknown)"
+_NT = "listed in the 8.0.0 index; per-op page not transcribed (dtypes/opsets unknown)"
 _IDX = ("int32", "int64")
 _ALLNUM = (F16, F32, "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
@@ -187,7 +187,7 @@ OPERATORS: dict = {
                           "8.2-9.1); axes must not repeat; 8.2+ add bool"},
     "Where": {"dtypes": {0: ("bool",), 1: (F16, F32, "uint8", "int8", "int32"), 2: (F16, F32, "uint8", "int8", "int32")},
               "opsets": (8, 18), "page": "0170", "src": "850", "note": "Y same dtype as X"},
-    # ---- in the 8.0.0 index, page not transcribed in this pass ----
+    # ---- in the 8.0.0 index, page not transcribed ----
     "Acos": _nt(), "Acosh": _nt(), "AdaptiveAvgPool2D": _nt(_NT + "; a CANN custom op name, not ONNX"), "AffineGrid": _nt(),
     "And": _nt(), "ArgMin": _nt(_NT + "; index spelling 'Argmin'"), "AscendAntiQuant": _nt(_NT + "; CANN custom op"),
     "AscendQuant": _nt(_NT + "; CANN custom op"), "Asin": _nt(), "Asinh": _nt(), "Atan": _nt(),
