@@ -72,9 +72,14 @@ def computed_pow_bases(model) -> List[str]:
             node.input[0] = expanded
             rewritten.append(node.name)
         nodes.append(node)
+    _set_nodes(graph, nodes)
+    return rewritten
+
+
+def _set_nodes(graph, nodes) -> None:
+    """The graph's node list replaced by ``nodes`` (its own nodes among them, rewritten in place)."""
     del graph.node[:]
     graph.node.extend(nodes)
-    return rewritten
 
 
 def cast_before_uint8_reshape(model) -> List[str]:
@@ -109,11 +114,7 @@ def cast_before_uint8_reshape(model) -> List[str]:
             node.input[0], node.output[0] = casted, cast.output[0]
         nodes.append(node)
     rewritten = [n.name for n in graph.node if id(n) in moves]
-    copies = [type(n)() for n in nodes]
-    for c, n in zip(copies, nodes):
-        c.CopyFrom(n)
-    del graph.node[:]
-    graph.node.extend(copies)
+    _set_nodes(graph, nodes)
     return rewritten
 
 

@@ -64,8 +64,9 @@ def read_record(home: Optional[str] = None) -> Optional[dict]:
     return record
 
 
-def shim_path(home: Optional[str] = None) -> str:
-    record = read_record(home)
+def shim_path(home: Optional[str] = None, record: Optional[dict] = None) -> str:
+    """The installed shim's path (``record``: the install record, when the caller has read it)."""
+    record = record or read_record(home)
     if record is None:
         raise BackendUnavailable(f"backend mindspore_lite needs MindSpore Lite, which is not installed here (no "
                                  f"mindspore_lite module, no Lite runtime in {lite_home(home)}); {INSTALL_HINT}")
@@ -116,21 +117,13 @@ class _Tensor:
     def __init__(self, model: "_Model", index: int, output: bool):
         self._model, self._index, self._output = model, index, output
 
-    def _info(self) -> Tuple[np.dtype, List[int], str]:
+    def _info(self) -> Tuple[np.dtype, List[int]]:
         lib, h = self._model._lib, self._model._handle
-        dtype, shape, name = ctypes.c_int(), (ctypes.c_int64 * 8)(), ctypes.create_string_buffer(256)
-        rank = lib.msrl_lite_info(h, int(self._output), self._index, ctypes.byref(dtype), shape, 8, name, 256)
+        dtype, shape = ctypes.c_int(), (ctypes.c_int64 * 8)()
+        rank = lib.msrl_lite_info(h, int(self._output), self._index, ctypes.byref(dtype), shape, 8, None, 0)
         if rank < 0 or dtype.value not in _NUMPY:
             raise RuntimeError(f"Lite tensor {self._index}: no info (dtype code {dtype.value})")
-        return _NUMPY[dtype.value], [int(d) for d in shape[:rank]], name.value.decode("utf-8", "replace")
-
-    @property
-    def name(self) -> str:
-        return self._info()[2]
-
-    @property
-    def shape(self) -> List[int]:
-        return self._info()[1]
+        return _NUMPY[dtype.value], [int(d) for d in shape[:rank]]
 
     def set_data_from_numpy(self, x: np.ndarray) -> None:
         x = np.ascontiguousarray(x)
@@ -143,7 +136,7 @@ class _Tensor:
     def get_data_to_numpy(self) -> np.ndarray:
         m = self._model
         if m._out_info is None:  # after a build or a resize: the outputs' dtypes and shapes, once
-            m._out_info = [_Tensor(m, i, True)._info()[:2] for i in range(m._lib.msrl_lite_count(m._handle, 1))]
+            m._out_info = [_Tensor(m, i, True)._info() for i in range(m._lib.msrl_lite_count(m._handle, 1))]
         dtype, shape = m._out_info[self._index]
         out = np.empty(shape, dtype)
         _check(m._lib.msrl_lite_get_output(m._handle, self._index, out.ctypes.data_as(ctypes.c_void_p), out.nbytes,
@@ -202,9 +195,10 @@ class ShimBinding:
         MINDIR = "MINDIR"
 
     def __init__(self, home: Optional[str] = None):
-        self.path = shim_path(home)
+        record = read_record(home)
+        self.path = shim_path(home, record)
         self.lib = load_shim(self.path)
-        self.version = str((read_record(home) or {}).get("lite_version", LITE_VERSION))
+        self.version = str((record or {}).get("lite_version", LITE_VERSION))
 
     def Context(self):  # noqa: N802  (the name of mindspore_lite's class)
         ctx = _Device(target=["cpu"])
