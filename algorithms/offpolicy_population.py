@@ -21,14 +21,13 @@ from typing import Dict, List, Optional
 import numpy as np
 from mindspore import Tensor
 
-from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.envs import flat_obs, make_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 
 from .off_policy import _mean_stats
 from .offpolicy_population_cells import STACKED
 from .population_base import Population
-from .run import RunContext, TrainingInterrupted
+from .run import RunContext
 from .stacked_optim import load_stacked_state, store_member_state
 
 
@@ -48,11 +47,7 @@ class OffPolicyPopulation(Population):
         super().__init__(members, run_dirs, run_dir, whole)
         m0 = members[0]
         self.c = m0.cfg.algo
-        counters = {tuple(m._counters().values()) for m in members}
-        if len(counters) != 1:
-            steps = ", ".join(f"{d}: step {m.num_timesteps}" for d, m in zip(run_dirs, members))
-            raise ckpt.CheckpointError(f"the members of {run_dir} were checkpointed at different steps ({steps}); "
-                                       f"a population resumes from one common step")
+        self.check_common_step()
         self.stacked = STACKED[m0.name](members)
         rate = self.stacked.per_member_rate
         for name, (opt, pairs) in self.stacked.optimizers.items():
@@ -196,13 +191,7 @@ class OffPolicyPopulation(Population):
                         run.after_iteration(_mean_stats(p))
                     pending, last_log = [[] for _ in members], step
                     if self.stop_requested is not None:
-                        self._interrupt(runs, self.stop_requested)
+                        self.interrupt(runs, self.stop_requested)
                     signals.reinstall()  # MindSpore replaced the SIGINT handler during the graph calls
         finally:
             venv.close()
-
-    def _interrupt(self, runs: List[RunContext], signum: int) -> None:
-        """Every member checkpoints the same step, then TrainingInterrupted names the population."""
-        for run in runs:
-            run.checkpoint_interrupted(signum)
-        raise TrainingInterrupted(signum, self.run_dir)

@@ -18,9 +18,9 @@ import numpy as np
 from mindspore import ParameterTuple, Tensor, nn, ops
 
 from msrl_consistent.networks.mlp import Tanh
+from msrl_consistent.networks.stacked import StackedMLP, stack_parameter
 
 from .cells import SquashedGaussian, TargetPolicySmoothing
-from .population_cells import StackedMLP, stack_parameter
 from .stacked_optim import stacked_optimizer
 
 

@@ -21,7 +21,6 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
-from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.config import ConfigError
 from msrl_consistent.envs import flat_obs, make_vec_env, step_transitions
@@ -42,7 +41,7 @@ from .population_cells import (
     supported_distribution,
 )
 from .ppo_update import STAT_NAMES, explained_variance, minibatch_indices
-from .run import RunContext, TrainingInterrupted
+from .run import RunContext
 from .stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
 
 
@@ -80,11 +79,7 @@ class PPOPopulation(Population):
         if reason is not None or not supported_distribution(m0.distribution):
             raise ConfigError(f"{run_dir}: the stacked population cannot train these members "
                               f"({reason or type(m0.distribution).__name__ + ' actions'}); see populations.population_class")
-        counters = {tuple(m._counters().values()) for m in members}
-        if len(counters) != 1:
-            steps = ", ".join(f"{d}: step {m.num_timesteps}" for d, m in zip(run_dirs, members))
-            raise ckpt.CheckpointError(f"the members of {run_dir} were checkpointed at different steps ({steps}); "
-                                       f"a population resumes from one common step")
+        self.check_common_step()
         self.stacked = StackedAgent([m.agent for m in members])
         self.pairs = stacked_pairs(self.stacked, [m.agent for m in members])
         coef = lambda key: np.array([float(getattr(m.cfg.algo, key)) for m in members])  # noqa: E731
@@ -157,7 +152,7 @@ class PPOPopulation(Population):
                         run.phases["env"] += t_host - t_env
                 self._update(obs, runs)
                 if self.stop_requested is not None:
-                    self._interrupt(runs, self.stop_requested)
+                    self.interrupt(runs, self.stop_requested)
                 signals.reinstall()  # MindSpore replaced the SIGINT handler during the graph calls
         finally:
             venv.close()
@@ -182,12 +177,6 @@ class PPOPopulation(Population):
         for run, s in zip(runs, stats):
             run.update_done(dt)
             run.after_iteration(s)
-
-    def _interrupt(self, runs: List[RunContext], signum: int) -> None:
-        """Every member checkpoints the same step, then TrainingInterrupted names the population."""
-        for run in runs:
-            run.checkpoint_interrupted(signum)
-        raise TrainingInterrupted(signum, self.run_dir)
 
     def train(self, buf) -> List[Dict[str, float]]:
         """One update phase of every member (one graph call); returns each member's stats."""

@@ -34,6 +34,20 @@ class Population:
         self.k = len(members)
         self.stop_requested: Optional[int] = None
 
+    def check_common_step(self) -> None:
+        """Members that share graph calls step together: refuse members resumed from different steps."""
+        counters = {tuple(m._counters().values()) for m in self.members}
+        if len(counters) != 1:
+            steps = ", ".join(f"{d}: step {m.num_timesteps}" for d, m in zip(self.run_dirs, self.members))
+            raise ckpt.CheckpointError(f"the members of {self.run_dir} were checkpointed at different steps ({steps}); "
+                                       f"a population resumes from one common step")
+
+    def interrupt(self, runs: List[RunContext], signum: int) -> None:
+        """Every member checkpoints the same step, then TrainingInterrupted names the population."""
+        for run in runs:
+            run.checkpoint_interrupted(signum)
+        raise TrainingInterrupted(signum, self.run_dir)
+
     @classmethod
     def build(cls, configs: List, run_dirs: List[str], run_dir: str, resume: bool = False,
               whole: bool = True) -> "Population":

@@ -1,9 +1,10 @@
 """Parameter sha256 of short training runs: the before/after proof for refactors and speed work.
 
 Runs each case through the `msrl` CLI (one process each, so nothing is shared between them) and
-prints one line per case: name, params_sha256 from summary.json, wall time. Run it on the
-commit before a change and on the change; equal hashes mean the change kept training
-bit-identical on this machine's threading setup.
+prints one line per case: name, params_sha256 from summary.json (a population: one line per
+member, ``name[member]``), wall time. Run it on the commit before a change and on the change;
+equal hashes mean the change kept training bit-identical on this machine's threading setup.
+``--populations`` runs the population cases (several seeds, a learning-rate sweep) instead.
 
     python benchmarks/params_sha256.py [--only NAME ...] [--json FILE]
 """
@@ -36,12 +37,35 @@ CASES = {
                                                     "algo.gradient_steps=100"]),
 }
 
+# populations: name -> (config, total_timesteps, extra msrl train arguments); every member's hash
+POPULATION_CASES = {
+    # the stacked update's lean Categorical head (batch 256, a power of two)
+    "pop-ppo-cartpole": ("ppo/CartPole-v1.yaml", 4096, ["--seeds", "0-2"]),
+    # the general loss path with an entropy bonus, and a ragged last minibatch (1024 rows, batch 96)
+    "pop-ppo-cartpole-ragged": ("ppo/CartPole-v1.yaml", 4096, ["--seeds", "0-1", "--set", "algo.batch_size=96",
+                                                              "--set", "algo.n_epochs=3", "--set", "algo.ent_coef=0.01"]),
+    # one learning rate per member (MemberRateAdam)
+    "pop-ppo-cartpole-sweep": ("ppo/CartPole-v1.yaml", 4096, ["--seeds", "0", "--sweep",
+                                                             "algo.learning_rate=1e-3,3e-4"]),
+    # Gaussian actions, observation normalization
+    "pop-ppo-pendulum": ("ppo/Pendulum-v1.yaml", 8192, ["--seeds", "0-1"]),
+    "pop-sac-pendulum": ("sac/Pendulum-v1.yaml", 1000, ["--seeds", "0-1"]),
+    "pop-td3-pendulum": ("td3/Pendulum-v1.yaml", 1000, ["--seeds", "0-1", "--set", "algo.learning_starts=200",
+                                                       "--set", "algo.train_freq=100", "--set", "algo.gradient_steps=100"]),
+}
 
-def run_case(name: str, workdir: str) -> dict:
-    cfg, steps, sets = CASES[name]
+
+def run_case(name: str, workdir: str) -> list:
+    """[{case, params_sha256, wall_s}]: one row, or one per member of a population case."""
+    population = name in POPULATION_CASES
+    if population:
+        cfg, steps, extra = POPULATION_CASES[name]
+    else:
+        cfg, steps, sets = CASES[name]
+        extra = ["--seed", "0", *[a for s in sets for a in ("--set", s)]]
     run_dir = os.path.join(workdir, name)
-    cmd = ["msrl", "train", os.path.join(CONFIGS, cfg), "--seed", "0", "--total-timesteps", str(steps),
-           "--run-dir", run_dir, "--quiet", "--set", "eval.episodes=2", *[a for s in sets for a in ("--set", s)]]
+    cmd = ["msrl", "train", os.path.join(CONFIGS, cfg), "--total-timesteps", str(steps),
+           "--run-dir", run_dir, "--quiet", "--set", "eval.episodes=2", *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -49,20 +73,24 @@ def run_case(name: str, workdir: str) -> dict:
         raise SystemExit(f"{name}: msrl train exited {proc.returncode}\n{proc.stderr[-2000:]}")
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
-    return {"case": name, "params_sha256": summary["params_sha256"], "wall_s": round(wall, 1)}
+    if not population:
+        return [{"case": name, "params_sha256": summary["params_sha256"], "wall_s": round(wall, 1)}]
+    return [{"case": f"{name}[{member}]", "params_sha256": s["params_sha256"], "wall_s": round(wall, 1)}
+            for member, s in summary["members"].items()]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="*", choices=sorted(CASES), help="run these cases only")
+    p.add_argument("--only", nargs="*", choices=sorted(CASES) + sorted(POPULATION_CASES), help="run these cases only")
+    p.add_argument("--populations", action="store_true", help="run the population cases")
     p.add_argument("--json", help="also write the results to this JSON file")
     args = p.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory(prefix="msrl-sha-") as d:
-        for name in args.only or list(CASES):
-            r = run_case(name, d)
-            results.append(r)
-            print(f"{r['case']:26s} {r['params_sha256']}  {r['wall_s']:7.1f} s", flush=True)
+        for name in args.only or list(POPULATION_CASES if args.populations else CASES):
+            for r in run_case(name, d):
+                results.append(r)
+                print(f"{r['case']:34s} {r['params_sha256']}  {r['wall_s']:7.1f} s", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
