@@ -25,7 +25,8 @@ from .run import RunContext
 class PackedRollout(nn.Cell):
     """The rollout cell's four outputs as one float32 matrix ``[env action | action | log_prob |
     value]`` (integer actions are exact in float32): one device-to-host copy per vector step
-    instead of four (each ``asnumpy`` costs tens of microseconds of host work)."""
+    instead of four (each ``asnumpy`` costs tens of microseconds of host work). A population's
+    outputs (members, envs, ...) become members * envs rows, member after member."""
 
     def __init__(self, cell: nn.Cell):
         super().__init__()
@@ -34,7 +35,7 @@ class PackedRollout(nn.Cell):
     def construct(self, obs, *rest):
         outs = self.cell(obs, *rest)  # (noise), or a recurrent cell's (state, episode_start, noise)
         env_a, a, logp, v = outs[0], outs[1], outs[2], outs[3]
-        n = obs.shape[0]
+        n = obs.shape[0] if logp.ndim == 1 else logp.shape[0] * logp.shape[1]  # a population's (members, envs) rows
         parts = [env_a.astype(ms.float32).reshape((n, -1)), a.astype(ms.float32).reshape((n, -1)),
                  logp.reshape((n, 1)), v.reshape((n, 1))]
         if len(outs) == 5:  # the rows the buffer stores instead of the observations (preprocessed frames), or the next state

@@ -28,19 +28,10 @@ from msrl_consistent.fastcall import FastCall
 from msrl_consistent.populations import SWEEPABLE
 
 from .algorithm import schedule_value
-from .on_policy import unpack_rollout
+from .on_policy import PackedRollout, unpack_rollout
 from .population_base import Population
-from .population_cells import (
-    PopulationRollout,
-    PopulationValue,
-    StackedAgent,
-    StackedPPOLoss,
-    StackedPPOPhase,
-    StackedPPOStep,
-    stacked_pairs,
-    supported_distribution,
-)
-from .ppo_update import STAT_NAMES, explained_variance, minibatch_indices
+from .population_cells import MembersAgent, PopulationRollout, PopulationValue, supported_distribution
+from .ppo_update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, explained_variance, minibatch_indices
 from .run import RunContext
 from .stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
 
@@ -80,21 +71,21 @@ class PPOPopulation(Population):
             raise ConfigError(f"{run_dir}: the stacked population cannot train these members "
                               f"({reason or type(m0.distribution).__name__ + ' actions'}); see populations.population_class")
         self.check_common_step()
-        self.stacked = StackedAgent([m.agent for m in members])
-        self.pairs = stacked_pairs(self.stacked, [m.agent for m in members])
+        agents = [m.agent for m in members]
+        self.stacked = MembersAgent(agents)
+        self.pairs = self.stacked.pairs(agents)
         coef = lambda key: np.array([float(getattr(m.cfg.algo, key)) for m in members])  # noqa: E731
         self.per_member_rate = len(set(coef("learning_rate"))) > 1
         self.optimizer = stacked_optimizer(self.pairs, coef("learning_rate"), self.c.adam_eps)
         load_stacked_state(self.optimizer, [m.optimizer for m in members], self.pairs, self.per_member_rate)
         n = m0.cfg.env.n_envs  # GAE's gamma and lambda per buffer column (member k: columns k*n..)
         self.gammas, self.lambdas = np.repeat(coef("gamma"), n), np.repeat(coef("gae_lambda"), n)
-        loss = StackedPPOLoss(self.stacked, self.c, coef("ent_coef"), coef("vf_coef"))
-        step = StackedPPOStep(loss, self.optimizer, coef("max_grad_norm"))
+        loss = m0.make_loss(self.stacked, {"ent_coef": coef("ent_coef"), "vf_coef": coef("vf_coef")})
+        step = PPOTrainStep(loss, self.optimizer, coef("max_grad_norm"), early_stop=False, members=self.k)
         self.rollout = self.c.n_steps * m0.cfg.env.n_envs
-        self.phase = StackedPPOPhase(step, self.pairs, self.c.n_epochs, self.rollout, self.c.batch_size)
+        self.phase = PPOUpdatePhase(step, self.c.n_epochs, self.rollout, self.c.batch_size, self.pairs)
         self._phase_fn = FastCall(self.phase)
-        agents = [m.agent for m in members]
-        self._rollout_fn = FastCall(PopulationRollout(agents, self.stacked, m0.distribution))
+        self._rollout_fn = FastCall(PackedRollout(PopulationRollout(agents, self.stacked)))
         self._value_fn = FastCall(PopulationValue(agents, self.stacked))
         for k, m in enumerate(members):  # a checkpoint of a member holds its optimizer's current state
             m.before_state = (lambda k=k, m=m: store_member_state(self.optimizer, m.optimizer, self.pairs, k,
@@ -126,7 +117,7 @@ class PPOPopulation(Population):
                     noise = np.concatenate([m.step_noise(t, n) for m in members])
                     packed = self._rollout_fn(Tensor(obs.reshape(k, n, -1)), Tensor(noise.reshape(
                         (k, n) + noise.shape[1:]))).asnumpy()
-                    env_a, a, logp, v, _ = unpack_rollout(packed.reshape(k * n, -1), spec.action_shape, spec.discrete)
+                    env_a, a, logp, v, _ = unpack_rollout(packed, spec.action_shape, spec.discrete)
                     t_env = clock()
                     next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
                     t_host = clock()
@@ -200,14 +191,12 @@ class PPOPopulation(Population):
             full, tail = minibatch_indices(m.rng, n, c.batch_size, c.n_epochs)
             fulls.append(full + i * n)
             tails.append(tail + i * n)
-        norm = [m.agent.normalizer for m in members]
-        mean = np.stack([x.mean.asnumpy() for x in norm])[:, None, :]
-        var = np.stack([x.var.asnumpy() for x in norm])[:, None, :]
-        stats = self._phase_fn(*(Tensor(data[key]) for key in ("obs", "actions", "log_probs", "advantages", "returns",
-                                                                "values")),
-                               Tensor(np.concatenate(fulls, 1)), Tensor(np.concatenate(tails, 1)),
-                               Tensor(mean), Tensor(var), lr, Tensor(clips),
-                               Tensor(clip_vf)).asnumpy()
+        self.stacked.set_stats([m.agent for m in members])
+        stats, _ = self._phase_fn(Tensor(np.concatenate(fulls, 1)), Tensor(np.concatenate(tails, 1)), lr,
+                                  Tensor(clips), Tensor(clip_vf), Tensor(np.inf, ms.float32),
+                                  *(Tensor(data[key]) for key in ("obs", "actions", "log_probs", "advantages",
+                                                                  "returns", "values")))
+        stats = stats.asnumpy()
         out = []
         for i, m in enumerate(members):
             res = {name: float(v) for name, v in zip(STAT_NAMES, stats[:, i, :].mean(0))}

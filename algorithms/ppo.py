@@ -254,25 +254,29 @@ class ValueCell(nn.Cell):
 
 class PPOLoss(nn.Cell):
     """The whole PPO loss; returns (loss, policy loss, value loss, entropy, approx KL, clip fraction):
-    one forward pass for both heads, then ppo_update.ClippedObjective."""
+    one forward pass for both heads, then ppo_update.ClippedObjective. ``agent`` is one run's
+    ActorCriticAgent or a population's (population_cells.MembersAgent: the same interface, its
+    networks and arrays with a leading member axis, every output one per member); ``coefs`` the
+    population's per-member ent_coef and vf_coef."""
 
-    def __init__(self, agent, c: PPOConfig):
+    def __init__(self, agent, c: PPOConfig, coefs: Optional[dict] = None):
         super().__init__()
         self.agent = agent
         self.dist = agent.distribution()
         self.features_in = agent.preencode  # obs are the rollout cell's preprocessed image rows
         self.on_features = agent.preencode or agent.encoded  # the heads sit on the encoder's features
-        self.objective = ClippedObjective(c)
+        self.objective = ClippedObjective(c, coefs)
         # A Discrete action without entropy bonus or value clipping: the loss head with its backward
         # written out (the same gradients, fewer kernels) for minibatches of 2^k rows
-        self.lean = isinstance(self.dist, Categorical) and c.ent_coef == 0 and c.clip_range_vf is None
-        self.head = CategoricalClippedHead(self.dist.n, c.vf_coef) if self.lean else None
+        self.lean = isinstance(self.dist, Categorical) and not self.objective.use_ent and c.clip_range_vf is None
+        vf_coef = (coefs or {}).get("vf_coef", c.vf_coef)
+        self.head = CategoricalClippedHead(self.dist.n, vf_coef, per_member=np.ndim(vf_coef) > 0) if self.lean else None
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
         x = self.agent.features(obs, self.features_in)  # one encoder pass (and one backward) for both heads
         values = self.agent.value(x, self.on_features)
         params = self.agent.dist_params(x, self.on_features)
-        if self.lean and power_of_two(advantages.shape[0]):  # static: one of the two paths is compiled
+        if self.lean and power_of_two(advantages.shape[-1]):  # static: one of the two paths is compiled
             out = self.head(params[0], values, actions, old_log_prob, self.objective.normalized(advantages),
                             returns, clip_range)
             return out[0], out[1], out[2], out[3], out[4], out[5]
@@ -316,7 +320,7 @@ class PPO(OnPolicyAlgorithm):
             # width of the rows the buffer stores instead of the observations (the preprocessed frames)
             self.rollout_features = self.agent.actor.first.preprocessed_dim if self.agent.preencode else 0
             self.value_cell = ValueCell(self.agent)
-            loss = PPOLoss(self.agent, c)
+            loss = self.make_loss(self.agent)
             self.data_keys = DATA_KEYS
         self.optimizer = Adam(self.agent.trainable_params(), learning_rate=c.learning_rate, eps=c.adam_eps)
         self.optimizers = {"adam": self.optimizer}
@@ -327,6 +331,11 @@ class PPO(OnPolicyAlgorithm):
         self.fused = self.dist.world == 1
         self.phase_cell = PPOUpdatePhase(self.step_cell, c.n_epochs, rows, self.minibatch_rows) if self.fused else None
         self._phase_fn = FastCall(self.phase_cell) if self.fused else None
+
+    def make_loss(self, agent, coefs: Optional[dict] = None) -> nn.Cell:
+        """PPOLoss of ``agent``: this run's, or a population's MembersAgent with its members'
+        coefficients (population.PPOPopulation)."""
+        return PPOLoss(agent, self.cfg.algo, coefs)
 
     def step_noise(self, t: int, n: int) -> np.ndarray:
         """The rollout graph's noise at vector step t of a rollout. gSDE, as SB3's collect_rollouts:

@@ -8,31 +8,41 @@ from typing import Optional
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import ParameterTuple, Tensor, nn, ops
 from mindspore.ops.operations._grad_ops import LogSoftmaxGrad
+
+from msrl_consistent.distributions import rows_mean
 
 from .cells import RankMean
 
 
 class PPOTrainStep(nn.Cell):
     """One minibatch: loss, gradients, (data parallel: the ranks' mean gradient), global-norm
-    clipping and the Adam step -> the stats of STAT_NAMES, shape (7,).
+    clipping and the Adam step -> the stats of STAT_NAMES, shape (7,); for a population's loss
+    (``members``: its networks carry a leading member axis) each member's, shape (members, 7).
 
     The clipping is torch's ``clip_grad_norm_`` (what Stable-Baselines3 calls): every gradient
     times ``min(max_norm / (norm + 1e-6), 1)``, with the global norm taken over all gradients
     concatenated into one vector (4 kernels instead of 2 per parameter) and reported as
-    grad_norm. target_kl as Stable-Baselines3: the
-    approx KL is computed by the forward pass, before the step; above ``kl_threshold`` the step
-    is not applied (data parallel: the ranks' mean KL decides, the same on every rank)."""
+    grad_norm; a population's members each over their own slices (``max_grad_norm`` one value
+    per member). The members' loss is the sum of their losses, so each member's gradient is its
+    own loss's. target_kl as Stable-Baselines3: the approx KL is computed by the forward pass,
+    before the step; above ``kl_threshold`` the step is not applied (data parallel: the ranks'
+    mean KL decides, the same on every rank)."""
 
-    def __init__(self, loss: nn.Cell, optimizer: nn.Optimizer, max_grad_norm: float, world: int = 1,
-                 early_stop: bool = True):
+    def __init__(self, loss: nn.Cell, optimizer: nn.Optimizer, max_grad_norm, world: int = 1,
+                 early_stop: bool = True, members: Optional[int] = None):
         super().__init__()
         self.optimizer = optimizer
+        self.k = members
         # without target_kl (threshold +inf) every step is applied: no `if` in the graph (fewer kernels)
         self.early_stop = early_stop
-        self.grad_fn = ops.value_and_grad(loss, None, optimizer.parameters, has_aux=True)
-        self.clip_norm = Tensor([float(max_grad_norm)], ms.float32)  # shape (1,), as clip_by_global_norm
+        self.grad_fn = ops.value_and_grad(loss if members is None else MembersTotal(loss), None,
+                                          optimizer.parameters, has_aux=True)
+        if members is None:
+            self.clip_norm = Tensor([float(max_grad_norm)], ms.float32)  # shape (1,), as clip_by_global_norm
+        else:
+            self.clip_norm = Tensor(np.asarray(max_grad_norm, np.float32).reshape((members,)))
         # Data parallel (msrun): average gradients over ranks before clipping, in the same graph.
         self.distributed = world > 1
         self.rank_mean = RankMean(optimizer.parameters, world)
@@ -44,22 +54,63 @@ class PPOTrainStep(nn.Cell):
         """``data``: the minibatch's arrays in the loss's order (PPOLoss: obs, actions, old
         log-probs, advantages, returns, old values; the recurrent loss adds its sequences' episode
         starts and initial state)."""
-        (loss, pg, vl, ent, kl, cf), grads = self.grad_fn(*data, clip_range, clip_range_vf)
+        out, grads = self.grad_fn(*data, clip_range, clip_range_vf)
+        if self.k is None:
+            loss, pg, vl, ent, kl, cf = out[0], out[1], out[2], out[3], out[4], out[5]
+        else:  # the members' total (depended upon: an unused output of the gradient call warns), then theirs
+            loss, pg, vl, ent, kl, cf = ops.depend(out[1], out[0]), out[2], out[3], out[4], out[5], out[6]
         grads = self.rank_mean(grads)
         if self.distributed:
             kl = self.all_reduce(kl) / self.world
-        flat = ops.concat([g.reshape(-1) for g in grads])  # the global norm in 4 kernels, not 2 per tensor
-        norm = ops.sqrt(ops.square(flat).sum()).reshape((1,))
+        if self.k is None:
+            flat = ops.concat([g.reshape(-1) for g in grads])  # the global norm in 4 kernels, not 2 per tensor
+            norm = ops.sqrt(ops.square(flat).sum()).reshape((1,))
+        else:
+            flat = ops.concat([g.reshape((self.k, -1)) for g in grads], 1)
+            norm = ops.sqrt(ops.square(flat).sum(1))  # (members,)
         if self.early_stop:
             if kl <= kl_threshold:
                 self.apply(grads, norm)
         else:
             self.apply(grads, norm)
-        return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
+        if self.k is None:
+            return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
+        return ops.stack([loss, pg, vl, ent, kl, cf, norm]).transpose(1, 0)
 
     def apply(self, grads, norm):
         coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)  # torch's clip_grad_norm_
-        self.optimizer(tuple(g * coef for g in grads))
+        if self.k is None:
+            self.optimizer(tuple(g * coef for g in grads))
+        else:
+            self.optimizer(tuple(g * coef.reshape((self.k,) + (1,) * (g.ndim - 1)) for g in grads))
+
+
+class MembersTotal(nn.Cell):
+    """A population's loss -> (the sum of the members' losses, then the loss's own outputs): the
+    gradient of the sum is each member's gradient of its own loss."""
+
+    def __init__(self, loss: nn.Cell):
+        super().__init__()
+        self.loss = loss
+
+    def construct(self, *args):
+        out = self.loss(*args)
+        return out[0].sum(), out[0], out[1], out[2], out[3], out[4], out[5]
+
+
+def rows_sum(x, keep_dims: bool = False):
+    """distributions.rows_mean's sum."""
+    if x.ndim == 1:
+        return x.sum()
+    return x.sum(-1, keepdims=keep_dims)
+
+
+def coefficient(value):
+    """A loss coefficient in the graph: the config's float for one run, a Tensor (members,) of
+    the members' values for a population."""
+    if np.ndim(value) == 0:
+        return float(value)
+    return Tensor(np.asarray(value, np.float32))
 
 
 class ClippedObjective(nn.Cell):
@@ -69,20 +120,25 @@ class ClippedObjective(nn.Cell):
     Advantages normalized per minibatch (unbiased std, as torch.std; skipped for one sample, as
     SB3), the clipped surrogate, optional value clipping around the old values. With
     ``ent_coef == 0`` the entropy is reported but not differentiated (``pg - 0 * ent`` is
-    ``pg``: the same parameters, one gradient branch fewer)."""
+    ``pg``: the same parameters, one gradient branch fewer). A population's arrays carry a
+    leading member axis: every quantity is then one per member (rows_mean), and ``coefs`` holds
+    the members' ent_coef and vf_coef (a sweep may vary them)."""
 
-    def __init__(self, c):
+    def __init__(self, c, coefs: Optional[dict] = None):
         super().__init__()
+        coefs = coefs or {}
+        ent_coef, vf_coef = coefs.get("ent_coef", c.ent_coef), coefs.get("vf_coef", c.vf_coef)
         self.normalize_advantage = c.normalize_advantage
         self.clip_vf = c.clip_range_vf is not None
-        self.ent_coef = float(c.ent_coef)
-        self.vf_coef = float(c.vf_coef)
+        self.use_ent = bool(np.any(np.asarray(ent_coef) != 0.0))
+        self.ent_coef = coefficient(ent_coef)
+        self.vf_coef = coefficient(vf_coef)
 
     def normalized(self, advantages):
-        if self.normalize_advantage and advantages.shape[0] > 1:
-            n = advantages.shape[0]
-            centered = advantages - advantages.mean()
-            std = ops.sqrt((centered * centered).sum() / (n - 1))
+        n = advantages.shape[-1]
+        if self.normalize_advantage and n > 1:
+            centered = advantages - rows_mean(advantages, True)
+            std = ops.sqrt(rows_sum(centered * centered, True) / (n - 1))
             return centered / (std + 1e-8)
         return advantages
 
@@ -92,16 +148,16 @@ class ClippedObjective(nn.Cell):
         log_ratio = log_prob - old_log_prob
         ratio = ops.exp(log_ratio)
         clipped_ratio = ops.clip_by_value(ratio, 1.0 - clip_range, 1.0 + clip_range)
-        policy_loss = -ops.minimum(advantages * ratio, advantages * clipped_ratio).mean()
+        policy_loss = -rows_mean(ops.minimum(advantages * ratio, advantages * clipped_ratio))
         if self.clip_vf:
             values = old_values + ops.clip_by_value(values - old_values, -clip_range_vf, clip_range_vf)
-        value_loss = ((returns - values) ** 2).mean()
-        if self.ent_coef != 0.0:
+        value_loss = rows_mean((returns - values) ** 2)
+        if self.use_ent:
             loss = policy_loss - self.ent_coef * entropy + self.vf_coef * value_loss
         else:
             loss = policy_loss + self.vf_coef * value_loss
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()  # http://joschu.net/blog/kl-approx.html
-        clip_fraction = (ops.abs(ratio - 1.0) > clip_range).astype(ms.float32).mean()
+        approx_kl = rows_mean((ratio - 1.0) - log_ratio)  # http://joschu.net/blog/kl-approx.html
+        clip_fraction = rows_mean((ops.abs(ratio - 1.0) > clip_range).astype(ms.float32))
         return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction
 
 
@@ -190,25 +246,43 @@ class PPOUpdatePhase(nn.Cell):
     the per-minibatch loop runs (parameters bit-identical, tested). With target_kl, the
     minibatch whose approx KL exceeds the threshold is not applied and ends the phase.
     Returns (stats (minibatches, 7), minibatches evaluated); rows past the stop are zero.
+
+    A population's step (``step.k`` members) takes the members' rollouts one after another,
+    (members * rows) rows; its minibatch indices are member k's drawn from its own Generator,
+    offset to its rows and side by side (members * batch_size per minibatch), so each minibatch
+    is cut into (members, batch_size) rows. At the end of the phase every member's slice of the
+    stacked Parameters is written into the member's own (``pairs``: networks.stacked.write_back).
+    Its stats are (minibatches, members, 7).
     """
 
-    def __init__(self, step: PPOTrainStep, n_epochs: int, rollout: int, batch_size: int):
+    def __init__(self, step: PPOTrainStep, n_epochs: int, rollout: int, batch_size: int, pairs=None):
         super().__init__()
         self.step = step
         self.optimizer = step.optimizer
+        self.k = step.k
+        self.stat_shape = (7,) if self.k is None else (self.k, 7)
         self.per_epoch = rollout // batch_size  # full-size minibatches per epoch
         self.ragged = rollout % batch_size != 0  # every epoch ends with a shorter minibatch
         self.per_epoch_all = self.per_epoch + (1 if self.ragged else 0)
         self.total = n_epochs * self.per_epoch_all
         self.early_stop = step.early_stop
+        self.pairs = pairs
+        if pairs is not None:
+            self.stacked_params = ParameterTuple([s for s, _ in pairs])
+            # the members' Parameters share names (each member's agent names them alike), which a
+            # ParameterTuple refuses; the graph tells them apart as objects
+            object.__setattr__(self, "member_params", [p for _, ps in pairs for p in ps])
 
     def minibatch(self, b, clip_range, clip_range_vf, kl_threshold, data):
-        return self.step(clip_range, clip_range_vf, kl_threshold, *[ops.gather(d, b, 0) for d in data])
+        rows = [ops.gather(d, b, 0) for d in data]
+        if self.k is not None:
+            rows = [r.reshape((self.k, -1) + r.shape[1:]) for r in rows]
+        return self.step(clip_range, clip_range_vf, kl_threshold, *rows)
 
     def construct(self, full, tail, learning_rate, clip_range, clip_range_vf, kl_threshold, *data):
         # In the graph: a graph with a loop does not see a host-side set_data on this Parameter.
         ops.assign(self.optimizer.learning_rate, learning_rate)
-        stats = ops.zeros((self.total, 7), ms.float32)
+        stats = ops.zeros((self.total,) + self.stat_shape, ms.float32)
         k = ops.zeros((), ms.int32)  # minibatch counter
         e = ops.zeros((), ms.int32)  # epoch
         p = ops.zeros((), ms.int32)  # position in the epoch
@@ -224,13 +298,25 @@ class PPOUpdatePhase(nn.Cell):
                 p = ops.select(last, p * 0, p + 1)
             else:
                 s = self.minibatch(full[k], clip_range, clip_range_vf, kl_threshold, data)
-            stats = ops.tensor_scatter_update(stats, k.reshape((1, 1)), s.reshape((1, 7)))
+            stats = ops.tensor_scatter_update(stats, k.reshape((1, 1)), s.reshape((1,) + self.stat_shape))
             n_run = k + 1
             if self.early_stop:
                 k = ops.select(s[4] > kl_threshold, k * 0 + self.total, k + 1)
             else:
                 k = k + 1
+        if self.pairs is not None:
+            stats = ops.depend(stats, self.write_back(stats))
         return stats, n_run
+
+    def write_back(self, after):
+        """Member k's Parameters <- slice k of the stacked ones (after the loop: ``after``)."""
+        j = 0
+        for s in self.stacked_params:
+            v = ops.depend(s, after)
+            for k in range(self.k):
+                ops.assign(self.member_params[j], v[k])
+                j += 1
+        return after
 
 
 def kl_threshold(target_kl: Optional[float]) -> float:

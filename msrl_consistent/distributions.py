@@ -17,6 +17,14 @@ LOG_2PI = math.log(2.0 * math.pi)
 LOG_2 = math.log(2.0)
 
 
+def rows_mean(x, keep_dims: bool = False):
+    """The mean over a minibatch's rows: of the whole tensor for one run's (rows,), over the last
+    axis for a population's (members, rows): one value per member."""
+    if x.ndim == 1:
+        return x.mean()
+    return x.mean(-1, keep_dims=keep_dims)
+
+
 # Categorical ---------------------------------------------------------------------------
 def categorical_log_prob(logits, actions):
     """log pi(a|s) for integer actions (int32): log_softmax, then the actions' entries gathered (one
@@ -143,7 +151,7 @@ class Categorical(Distribution):
 
     def log_prob_entropy(self, params, actions):
         logits, _, _ = params
-        return categorical_log_prob(logits, actions), categorical_entropy(logits).mean()
+        return categorical_log_prob(logits, actions), rows_mean(categorical_entropy(logits))
 
     def mode(self, out):
         return ops.cast(ops.argmax(out, -1), ms.int32)
@@ -179,7 +187,10 @@ class Gaussian(_Box):
 
     def log_prob_entropy(self, params, actions):
         mean, _, log_std = params
-        return gaussian_log_prob(mean, log_std, actions), gaussian_entropy(log_std)
+        entropy = gaussian_entropy(log_std)
+        if entropy.ndim:  # a population's log std (members, 1, actions): one entropy per member
+            entropy = entropy.squeeze(-1)
+        return gaussian_log_prob(mean, log_std, actions), entropy
 
 
 class StateDependentGaussian(_Box):

@@ -62,39 +62,38 @@ def test_head_not_used_with_entropy_bonus_or_value_clipping_or_continuous_action
 
 @pytest.mark.parametrize("n", [64, 1])
 def test_population_head_equals_its_autodiff_bitwise(n):
-    """The population's stacked loss (members on a leading axis, one vf_coef each) with the head
-    against the same loss through autodiff."""
-    from msrl_consistent.algorithms.population_cells import StackedAgent, StackedPPOLoss
+    """The one PPOLoss on a population's MembersAgent (members on a leading axis, one vf_coef
+    each) with the head against the same loss through autodiff."""
+    from msrl_consistent.algorithms.population_cells import MembersAgent
+    from msrl_consistent.algorithms.ppo_update import MembersTotal
 
     cfg = load_config("ppo/CartPole-v1", ["log.tensorboard=false"])
     algos = [registry.get("ppo")(load_config("ppo/CartPole-v1", [f"seed={s}", "log.tensorboard=false"]))
              for s in range(3)]
-    stacked = StackedAgent([a.agent for a in algos])
-    vf = np.array([0.5, 0.37, 1.0])
-    written = StackedPPOLoss(stacked, cfg.algo, np.zeros(3), vf)
-    autodiff = StackedPPOLoss(stacked, cfg.algo, np.zeros(3), vf)
-    autodiff.head = None
-    assert written.head is not None
+    stacked = MembersAgent([a.agent for a in algos])
+    coefs = {"ent_coef": np.zeros(3), "vf_coef": np.array([0.5, 0.37, 1.0])}
+    written = PPOLoss(stacked, cfg.algo, coefs)
+    autodiff = PPOLoss(stacked, cfg.algo, coefs)
+    autodiff.lean = False
+    assert written.lean
     per = [_data(a, n, seed=10 + k) for k, a in enumerate(algos)]
     stack = lambda i: Tensor(np.stack([p[i].asnumpy() for p in per]))  # noqa: E731
-    data = [stack(i) for i in range(6)]
-    mean, var = Tensor(np.zeros((3, 1, 4), np.float32)), Tensor(np.ones((3, 1, 4), np.float32))
-    clip = Tensor(np.full((3, 1), 0.2, np.float32))
-    args = data + [mean, var, clip, Tensor(np.zeros((3, 1), np.float32))]
+    args = [stack(i) for i in range(6)] + [Tensor(np.full((3, 1), 0.2, np.float32)), Tensor(np.zeros((3, 1), np.float32))]
     params = stacked.trainable_params()
-    stats_w, grads_w = Grads6(written, params)(*args)
-    stats_a, grads_a = Grads6(autodiff, params)(*args)
+    stats_w, grads_w = GradsTotal(MembersTotal(written), params)(*args)
+    stats_a, grads_a = GradsTotal(MembersTotal(autodiff), params)(*args)
+    assert stats_w.shape == (6, 3)
     assert np.array_equal(stats_w.asnumpy(), stats_a.asnumpy())
     for p, gw, ga in zip(params, grads_w, grads_a):
         assert np.array_equal(gw.asnumpy(), ga.asnumpy()), (p.name, np.max(np.abs(gw.asnumpy() - ga.asnumpy())))
     assert all(np.any(g.asnumpy()[k] != 0) for g in grads_w[:1] for k in range(3))
 
 
-class Grads6(nn.Cell):
+class GradsTotal(nn.Cell):
     def __init__(self, loss, params):
         super().__init__()
         self.fn = ops.value_and_grad(loss, None, params, has_aux=True)
 
     def construct(self, *data):
-        (total, stats), grads = self.fn(*data)
-        return stats, grads
+        out, grads = self.fn(*data)
+        return ops.stack(out[1:]), grads
