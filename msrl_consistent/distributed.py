@@ -9,7 +9,7 @@ normalization statistics are gathered from all ranks and merged in rank order (i
 every rank); rank 0 alone writes checkpoints, logs and metrics, and every rank writes
 ``ranks/<rank>.json`` with its final parameter sha256, steps and steps/s.
 
-Multi-host (documented in the README): run the same ``msrun`` command on every node with
+Multi-host (documented in docs/distributed.md): run the same ``msrun`` command on every node with
 ``--worker_num`` (all workers), ``--local_worker_num`` (this node's), ``--master_addr``,
 ``--master_port`` and ``--node_rank``.
 """

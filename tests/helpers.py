@@ -144,15 +144,16 @@ def board(board_path, bundle, *args, env=None):
                           text=True, timeout=300)
 
 
-def run_readme_python(section_heading, directory):
-    """Every python block of the README section ``section_heading``, verbatim, each in its own
-    interpreter in ``directory`` (an export directory's copy); a failing block fails the caller.
+def run_doc_python(doc, section_heading, directory):
+    """Every python block of the section ``section_heading`` of the Markdown file ``doc`` (a path
+    relative to the repository, e.g. ``docs/recurrent.md``), verbatim, each in its own interpreter
+    in ``directory`` (an export directory's copy); a failing block fails the caller.
     Returns the blocks, for the caller's checks of what they hold."""
     import subprocess
 
     from test_readme import fenced, section
 
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+    with open(os.path.join(ROOT, doc), encoding="utf-8") as fh:
         blocks = fenced(section(fh.read(), section_heading), "python")
     for code in blocks:
         r = subprocess.run([sys.executable, "-c", code], cwd=str(directory), capture_output=True, text=True,

@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import board, om_behind_onnx, run_readme_python
+from helpers import board, om_behind_onnx, run_doc_python
 
 from msrl_consistent.cli import main
 from msrl_consistent.deploy import Export, ExportError
@@ -143,11 +143,11 @@ def test_replay_and_the_precision_sweep_take_multi_input_exports(sensor_export, 
     assert rows["fp32"]["golden_agreement"] == 1.0 and set(rows) >= {"fp16", "fp16-matmul"}
 
 
-def test_readme_multi_sensor_loops_run_in_an_export_directory(sensor_export, tmp_path):
-    """The README's two multi-sensor board loops (the bundle's act on a dict, the raw runtime fed
+def test_documented_multi_sensor_loops_run_in_an_export_directory(sensor_export, tmp_path):
+    """docs/spaces.md's two multi-sensor board loops (the bundle's act on a dict, the raw runtime fed
     the named inputs), verbatim, in a copy of the export."""
     _, out = sensor_export
-    blocks = run_readme_python("Several sensors on a board", shutil.copytree(out, tmp_path / "readme"))
+    blocks = run_doc_python("docs/spaces.md", "Several sensors on a board", shutil.copytree(out, tmp_path / "readme"))
     assert len(blocks) == 2 and "pi.act(obs)" in blocks[0] and '"obs_camera"' in blocks[1]
 
 

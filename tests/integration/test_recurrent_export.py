@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import board, om_behind_onnx, run_readme_python, train_run
+from helpers import board, om_behind_onnx, run_doc_python, train_run
 
 from msrl_consistent import deploy
 from msrl_consistent.config import ConfigError
@@ -296,11 +296,11 @@ def test_lite_runs_the_recurrent_export_and_om_feeds_every_state_input(exported,
     assert [((3, 4), "float32"), ((3, 16), "float32"), ((3, 16), "float32"), ((3,), "float32")] in infers
 
 
-def test_readme_board_loops_run_in_an_export_directory(exported, tmp_path):
-    """The README's two recurrent board loops (the bundle's act/reset, the raw runtime with the
+def test_documented_board_loops_run_in_an_export_directory(exported, tmp_path):
+    """docs/recurrent.md's two recurrent board loops (the bundle's act/reset, the raw runtime with the
     state fed back by hand), verbatim, in a copy of a recurrent export."""
     _, out = exported
-    blocks = run_readme_python("A recurrent policy on a board", shutil.copytree(out, tmp_path / "readme"))
+    blocks = run_doc_python("docs/recurrent.md", "A recurrent policy on a board", shutil.copytree(out, tmp_path / "readme"))
     assert len(blocks) == 2 and "pi.reset()" in blocks[0] and '"episode_start": start' in blocks[1]
 
 

@@ -69,7 +69,7 @@ def test_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
 def test_gsde_two_resumes_from_the_same_checkpoint_are_identical(tmp_path):
     # gSDE's exploration matrices come from the run's Generator (stored in checkpoints; drawn at
     # each rollout's start and every sde_sample_freq steps, and checkpoints fall between rollouts):
-    # two resumes from the step-768 checkpoint end with the same parameters (the README's resume
+    # two resumes from the step-768 checkpoint end with the same parameters (docs/robustness.md's resume
     # promise: the envs are reseeded from (seed, steps done))
     overrides = ["eval.freq=0", "eval.episodes=1", "env.n_envs=3", "algo.n_steps=64", "algo.batch_size=64",
                  "algo.n_epochs=2", "algo.sde_sample_freq=5", "total_timesteps=1536", "checkpoint.freq=768",
