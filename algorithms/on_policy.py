@@ -71,6 +71,9 @@ class OnPolicyAlgorithm(Algorithm):
     state_dim: int = 0
     """> 0: the policy is recurrent; the rollout cell takes (obs, state, episode_start, noise) and its
     fifth output is the next state of this width (recurrent.py: Carry, SequenceBuffer)."""
+    seq_len: int = 0
+    """A recurrent policy's update sequence length (steps per sequence the SequenceBuffer cuts; 0:
+    the whole rollout)."""
 
     distribution: Distribution
     """The action distribution (set in ``build``): its ``noise`` is what the rollout graph samples with."""

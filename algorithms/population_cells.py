@@ -22,7 +22,7 @@ from msrl_consistent.normalization import ObsNormalizer
 
 class MembersAgent(nn.Cell):
     """The members' actor, critic and (Box actions) log std on a leading member axis: the update
-    phase's agent. It offers ActorCriticAgent's interface to PPOLoss (``features``, ``value``,
+    phase's agent. It offers networks.actor_critic.ActorCriticAgent's interface to PPOLoss (``features``, ``value``,
     ``dist_params``, ``distribution``), so the one loss trains one run or K members; every array
     it reads is (members, rows, ...) and every output one per member."""
 
@@ -64,13 +64,13 @@ class MembersAgent(nn.Cell):
         f = self.encoder(x.reshape((k * n, x.shape[2])))
         return f.reshape((k, n, f.shape[1]))
 
-    def features(self, obs, features_in: bool = False):
+    def features(self, obs):
         return self.encode(self.normalizer(obs))
 
-    def value(self, x, on_features: bool = False):
+    def value(self, x):
         return self.critic(x).squeeze(-1)
 
-    def dist_params(self, x, on_features: bool = False):
+    def dist_params(self, x):
         return self.actor(x), None, self.rows_log_std()
 
     def rows_log_std(self):

@@ -1,10 +1,12 @@
 """Proximal Policy Optimization (Schulman et al. 2017), clipped surrogate, GAE(lambda).
 
-Reads top to bottom: config, agent, rollout cells, loss (all of it in PPOLoss.construct), and
-``train`` (epochs x minibatches over one rollout); the compiled update step and phase are in
-ppo_update.py. The loop,
-buffer and policy cell are shared (on_policy.py, buffers.py, msrl_consistent/networks/). Defaults follow
-Stable-Baselines3; the configs under configs/ppo/ follow RL-Zoo's tuned hyperparameters.
+Reads top to bottom: config, rollout cells, loss (PPOLoss, with ppo_update.ClippedObjective),
+and ``train`` (epochs x minibatches over one rollout); the compiled update step and phase are in
+ppo_update.py, the recurrent policy's cells in recurrent.py. The agent is
+networks/actor_critic.py's; the loop, buffer and policy cell are shared (on_policy.py,
+buffers.py, msrl_consistent/networks/). The same loss, step and phase train a population's
+members on a leading member axis (population.py). Defaults follow Stable-Baselines3; the
+configs under configs/ppo/ follow RL-Zoo's tuned hyperparameters.
 """
 from __future__ import annotations
 
@@ -13,17 +15,13 @@ from typing import ClassVar, Dict, Literal, Optional
 
 import mindspore as ms
 import numpy as np
-from mindspore import Parameter, Tensor, nn
+from mindspore import Tensor, nn
 
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check, ConfigError
 from msrl_consistent.distributed import current as current_dist
-from msrl_consistent.distributions import Categorical, action_distribution
+from msrl_consistent.distributions import Categorical
 from msrl_consistent.fastcall import FastCall
-from msrl_consistent.networks.agents import Agent
-from msrl_consistent.networks.encoders import obs_encoder, with_encoder
-from msrl_consistent.networks.heads import make_head
-from msrl_consistent.networks.lstm import LSTM, RecurrentPolicyCell
-from msrl_consistent.networks.mlp import MLP, Chain, dense
+from msrl_consistent.networks.actor_critic import ActorCriticAgent
 from msrl_consistent.optim import Adam
 
 from .algorithm import register, schedule_value
@@ -44,7 +42,6 @@ from .recurrent import (
     RecurrentPPOLoss,
     RecurrentRollout,
     RecurrentValue,
-    check_recurrent,
     sequence_length,
     sequence_minibatch,
 )
@@ -110,132 +107,33 @@ class PPOConfig:
                                                         "number of steps")}
 
 
-class ActorCriticAgent(Agent):
-    """PPO: actor (logits or Gaussian mean), critic V(s), state-independent log std.
-
-    With ``policy.shared`` the two heads sit on one hidden trunk (one Cell object). With
-    ``algo.use_sde`` the actor is ``Chain(trunk, mean head)`` (its trunk's output is gSDE's latent
-    features; the same draws from ``rng`` as the single MLP) and log_std is a
-    (last hidden size, action dim) matrix, as SB3's full_std gSDE.
-    """
-    squash = False
-    recurrent_support = True
-
-    def __init__(self, cfg, spec, rng: np.random.Generator):
-        super().__init__(cfg, spec)
-        pc = cfg.policy
-        encoder, obs_dim = obs_encoder(spec, rng, pc, cfg.device)  # one-hot / Dict keys / image CNN, inside the cell
-        out = spec.logits_dim
-        self.recurrent = bool(pc.recurrent)
-        self.obs_encoder = None
-        if self.recurrent:  # the encoder, then an actor and a critic LSTM, then the networks (recurrent.py)
-            check_recurrent(cfg, spec)
-            self.lstm_actor = LSTM(rng, obs_dim, pc.lstm_hidden_size)
-            self.lstm_critic = LSTM(rng, obs_dim, pc.lstm_hidden_size)
-            self.state_size = pc.lstm_hidden_size
-            self.obs_encoder, encoder, obs_dim = encoder, None, pc.lstm_hidden_size
-        self.use_sde = bool(getattr(cfg.algo, "use_sde", False))
-        if self.use_sde and spec.discrete:
-            raise ConfigError(f"key 'algo.use_sde' is true, but gSDE needs a Box (continuous) action space; "
-                              f"{cfg.env.id} has {spec.act_kind}({spec.n_actions}) actions (set algo.use_sde: false)")
-        if self.use_sde and encoder is not None:
-            raise ConfigError(f"key 'algo.use_sde' is true, but gSDE takes Box observations; {cfg.env.id} has "
-                              f"{spec.obs_kind} observations (set algo.use_sde: false)")
-        latent_dim = None
-        if pc.shared or self.use_sde:
-            trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
-            self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))
-            latent_dim = trunk.out_dim
-        if pc.shared:  # the critic head on the actor's trunk (one Cell object)
-            self.critic = Chain(trunk, dense(rng, trunk.out_dim, 1, 1.0, pc.ortho_init))
-        else:
-            if not self.use_sde:
-                self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
-            self.critic = MLP(rng, obs_dim, pc.critic_arch or pc.net_arch, pc.activation, 1, 1.0, pc.ortho_init)
-        self.actor, self.critic = with_encoder(encoder, self.actor), with_encoder(encoder, self.critic)
-        # actor = Chain(encoder, net), critic = Chain(encoder, net): the rollout and the loss run the
-        # (shared) encoder once for both heads (SB3's share_features_extractor); the exported
-        # policy is the actor Chain
-        self.encoded = encoder is not None
-        # an image's preprocessing runs once per frame row, in the rollout cell; the update phase
-        # trains from the preprocessed rows it stored (PreEncodedRollout, PPOLoss(features_in))
-        self.preencode = spec.obs_kind == "Image" and not self.recurrent  # a recurrent one encodes in its loss
-        self.log_std = None  # discrete actions: the logits are the whole distribution
-        if not spec.discrete:
-            shape = (latent_dim, out) if self.use_sde else (out,)
-            self.log_std = Parameter(Tensor(np.full(shape, pc.log_std_init, np.float32)), name="log_std")
-
-    def policy_cell(self):
-        if not self.recurrent:
-            return super().policy_cell()
-        return RecurrentPolicyCell(self.normalizer, self.obs_encoder, self.lstm_actor, self.actor,
-                                   make_head(self.spec, self.squash))
-
-    def encode(self, obs):
-        """A recurrent policy's LSTM input: the normalized row, encoded (one-hot, Dict keys, an image's
-        preprocessing and CNN)."""
-        x = self.normalizer(obs)
-        if self.obs_encoder is not None:
-            x = self.obs_encoder(x)
-        return x
-
-    def distribution(self):
-        """The action distribution (distributions.action_distribution): one object per graph that samples
-        or scores actions; it holds no Parameter."""
-        return action_distribution(self.spec, tuple(self.log_std.shape) if self.use_sde else None)
-
-    def features(self, obs, features_in: bool):
-        """What the heads read: the shared encoder's features (one pass for actor and critic; from
-        preprocessed image rows, the encoder's trunk only), or the normalized Box row."""
-        if features_in:
-            return self.actor.first.trunk(obs)
-        x = self.normalizer(obs)
-        if self.encoded:
-            return self.actor.first(x)
-        return x
-
-    def value(self, x, on_features: bool):
-        """V(s) of shape (batch,) from ``features``' output."""
-        return (self.critic.second(x) if on_features else self.critic(x)).squeeze(-1)
-
-    def dist_params(self, x, on_features: bool):
-        """The distribution's ``(out, latent, log_std)`` from ``features``' output: the actor's output
-        (logits or mean); with gSDE the actor trunk's features, from which the mean is computed."""
-        if self.use_sde:
-            latent = self.actor.first(x)
-            return self.actor.second(latent), latent, self.log_std
-        return (self.actor.second(x) if on_features else self.actor(x)), None, self.log_std
-
-
 class PPORollout(nn.Cell):
     """One graph call per vector step: (obs, noise) -> (env action, action, log_prob, value), with
     ``noise`` from the distribution's ``noise`` (Gumbel, standard normal, gSDE's exploration matrices)."""
 
-    def __init__(self, agent, features_in: bool = False):
+    def __init__(self, agent):
         super().__init__()
         self.agent = agent
         self.dist = agent.distribution()
-        self.features_in = features_in  # obs are preprocessed image rows: the encoder's trunk only
-        self.on_features = features_in or agent.encoded  # the heads sit on the encoder's features
 
     def construct(self, obs, noise):
-        x = self.agent.features(obs, self.features_in)
-        value = self.agent.value(x, self.on_features)
-        env_action, action, log_prob = self.dist.sample(self.agent.dist_params(x, self.on_features), noise)
+        x = self.agent.features(obs)
+        value = self.agent.value(x)
+        env_action, action, log_prob = self.dist.sample(self.agent.dist_params(x), noise)
         return env_action, action, log_prob, value
 
 
 class PreEncodedRollout(nn.Cell):
     """The rollout cell of an image policy: the raw frame rows are preprocessed once (the
-    encoder's ``preprocess``: the exported cell's own ops), the policy runs on them
-    (PPORollout(features_in): the encoder's trunk, then the heads), and the preprocessed rows are
-    a fifth output, flattened, which the rollout buffer stores for the update phase. The numbers
-    are the ones ``encoder(raw)`` gives (it is ``trunk(preprocess(raw))``)."""
+    encoder's ``preprocess``: the exported cell's own ops), the policy runs on them (PPORollout:
+    the agent's ``features`` of preprocessed rows are the encoder's trunk's, then the heads), and
+    the preprocessed rows are a fifth output, flattened, which the rollout buffer stores for the
+    update phase. The numbers are the ones ``encoder(raw)`` gives (``trunk(preprocess(raw))``)."""
 
     def __init__(self, agent):
         super().__init__()
         self.agent = agent
-        self.inner = PPORollout(agent, features_in=True)
+        self.inner = PPORollout(agent)
 
     def construct(self, obs, noise):
         pre = self.agent.actor.first.preprocess(obs)
@@ -263,8 +161,6 @@ class PPOLoss(nn.Cell):
         super().__init__()
         self.agent = agent
         self.dist = agent.distribution()
-        self.features_in = agent.preencode  # obs are the rollout cell's preprocessed image rows
-        self.on_features = agent.preencode or agent.encoded  # the heads sit on the encoder's features
         self.objective = ClippedObjective(c, coefs)
         # A Discrete action without entropy bonus or value clipping: the loss head with its backward
         # written out (the same gradients, fewer kernels) for minibatches of 2^k rows
@@ -273,9 +169,9 @@ class PPOLoss(nn.Cell):
         self.head = CategoricalClippedHead(self.dist.n, vf_coef, per_member=np.ndim(vf_coef) > 0) if self.lean else None
 
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, clip_range, clip_range_vf):
-        x = self.agent.features(obs, self.features_in)  # one encoder pass (and one backward) for both heads
-        values = self.agent.value(x, self.on_features)
-        params = self.agent.dist_params(x, self.on_features)
+        x = self.agent.features(obs)  # one encoder pass (and one backward) for both heads
+        values = self.agent.value(x)
+        params = self.agent.dist_params(x)
         if self.lean and power_of_two(advantages.shape[-1]):  # static: one of the two paths is compiled
             out = self.head(params[0], values, actions, old_log_prob, self.objective.normalized(advantages),
                             returns, clip_range)

@@ -29,17 +29,6 @@ from msrl_consistent.networks.lstm import LSTM
 from .ppo_update import ClippedObjective
 
 
-def check_recurrent(cfg, spec) -> None:
-    """Refuse what the recurrent policy does not build (each a ConfigError naming the key)."""
-    pc = cfg.policy
-    if pc.shared:
-        raise ConfigError("key 'policy.recurrent' is true together with policy.shared; the recurrent policy has "
-                          "separate actor and critic LSTMs and networks: set policy.shared: false")
-    if spec.frame_stack > 1:
-        raise ConfigError(f"key 'env.frame_stack' is {spec.frame_stack} with policy.recurrent; the LSTM is the "
-                          f"policy's memory: set env.frame_stack: 1")
-
-
 def split_state(state, n: int):
     """``[h_actor | c_actor | h_critic | c_critic]`` (B, 4n) -> its four (B, n) parts."""
     return state[:, :n], state[:, n:2 * n], state[:, 2 * n:3 * n], state[:, 3 * n:]
@@ -63,7 +52,7 @@ class RecurrentRollout(nn.Cell):
         h_a, c_a = self.agent.lstm_actor(x, h_a, c_a, episode_start)
         h_c, c_c = self.agent.lstm_critic(x, h_c, c_c, episode_start)
         value = self.agent.critic(h_c).squeeze(-1)
-        env_a, a, logp = self.dist.sample(self.agent.dist_params(h_a, False), noise)
+        env_a, a, logp = self.dist.sample(self.agent.dist_params(h_a), noise)
         return env_a, a, logp, value, ops.concat((h_a, c_a, h_c, c_c), 1)
 
 
@@ -149,7 +138,7 @@ class RecurrentPPOLoss(nn.Cell):
         feats_a, feats_c = self.unroll(x, episode_starts, state0)
         values = self.agent.critic(feats_c).squeeze(-1)
         flat_actions = actions.reshape((b * self.steps,) + actions.shape[2:])
-        log_prob, entropy = self.dist.log_prob_entropy(self.agent.dist_params(feats_a, False), flat_actions)
+        log_prob, entropy = self.dist.log_prob_entropy(self.agent.dist_params(feats_a), flat_actions)
         return self.objective(values, log_prob, entropy, old_log_prob.reshape(-1), advantages.reshape(-1),
                               returns.reshape(-1), old_values.reshape(-1), clip_range, clip_range_vf)
 
