@@ -1,8 +1,8 @@
 """The fast call path of every hot graph call (acting, value bootstrap, updates, evaluation).
 
 ``nn.Cell.__call__`` re-derives the argument key and walks the whole sub-cell tree on every
-call: ~0.2-1.5 ms per call for the agents here (measured with MindSpore 2.10 on CPU), more
-than a small acting graph's own run time. :class:`FastCall` sends the first call with a given
+call, which for the agents here costs more than a small acting graph's own run time
+(docs/benchmarks.md, "Update and acting cost"). :class:`FastCall` sends the first call with a given
 input signature (shapes, dtypes) through ``__call__``, which compiles, and later calls with
 that signature straight to the compiled graph through MindSpore's graph executor.
 
@@ -44,7 +44,7 @@ def _warn_once() -> None:
     global _warned
     if not _warned:
         _warned = True
-        warnings.warn(f"msrl: {_REASON}; graph calls use nn.Cell.__call__ (same results, ~0.2 ms more per call)",
+        warnings.warn(f"msrl: {_REASON}; graph calls use nn.Cell.__call__ (same results, slower)",
                       RuntimeWarning, stacklevel=3)
 
 

@@ -5,10 +5,10 @@ masked CRC-32C of the length, an ``Event`` protocol buffer, masked CRC-32C of it
 carries the file version, each later one a step and a ``Summary`` of scalar values. The few
 protobuf fields needed are encoded here by hand.
 
-Why not tensorboardX's SummaryWriter: it imports PyTorch when PyTorch is installed (1.5-1.8 s of
-start-up on a 2-core machine) and sends every scalar through a multiprocessing queue to a writer
-thread (~0.1-0.3 ms a scalar: about 1-2 s of a 100k-step CartPole PPO run, which logs 13 scalars
-per update). Here one ``scalars`` call is one event, written in the calling thread.
+Why not tensorboardX's SummaryWriter: it imports PyTorch when PyTorch is installed (seconds of
+start-up) and sends every scalar through a multiprocessing queue to a writer thread, a cost a
+short run notices (docs/benchmarks.md measures both). Here one ``scalars`` call is one event,
+written in the calling thread.
 """
 from __future__ import annotations
 
