@@ -1,9 +1,10 @@
-"""msrl vs Stable-Baselines3, SAC and TD3, same hyperparameters, side by side in one run.
+"""msrl vs Stable-Baselines3, SAC, TD3 and DQN, same hyperparameters, side by side in one run.
 
     pip install -e ".[bench]"     # torch 2.13.0 (CPU wheel on this disk) + stable-baselines3
     python benchmarks/offpolicy_pendulum.py --env Pendulum-v1 --steps 20000 --seeds 0
     python benchmarks/offpolicy_pendulum.py --env HalfCheetah-v5 --steps 50000 --seeds 0
     python benchmarks/offpolicy_pendulum.py --steps 5000 --learning-starts 100    # the short comparison
+    python benchmarks/offpolicy_pendulum.py --algos dqn --env CartPole-v1 --steps 50000 --seeds 0 1 2 3 4
 
 Each training runs in its own process, one after the other; SB3 once with 1 torch thread and
 once with torch's default thread count (--sb3-threads 1 0), and the ratio is quoted against
@@ -34,7 +35,7 @@ def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str, threads:
 
     if threads > 0:
         torch.set_num_threads(threads)
-    from stable_baselines3 import SAC, TD3
+    from stable_baselines3 import DQN, SAC, TD3
     from stable_baselines3.common.noise import NormalActionNoise
 
     cfg = yaml.safe_load(open(config or os.path.join(ROOT, "configs", algo, f"{env_id}.yaml")))
@@ -46,7 +47,14 @@ def sb3_worker(algo: str, env_id: str, steps: int, seed: int, out: str, threads:
                   learning_starts=starts, batch_size=int(a["batch_size"]), tau=float(a["tau"]),
                   gamma=float(a["gamma"]), seed=seed, verbose=0, device="cpu",
                   policy_kwargs={"net_arch": net})
-    if algo == "sac":
+    if algo == "dqn":
+        model = DQN("MlpPolicy", env, train_freq=int(a["train_freq"]), gradient_steps=int(a["gradient_steps"]),
+                    target_update_interval=int(a["target_update_interval"]),
+                    exploration_fraction=float(a["exploration_fraction"]),
+                    exploration_initial_eps=float(a["exploration_initial_eps"]),
+                    exploration_final_eps=float(a["exploration_final_eps"]),
+                    max_grad_norm=float(a["max_grad_norm"]), **common)
+    elif algo == "sac":
         model = SAC("MlpPolicy", env, train_freq=int(a["train_freq"]), gradient_steps=int(a["gradient_steps"]),
                     ent_coef="auto" if a.get("auto_ent_coef", True) else float(a.get("init_ent_coef", 1.0)), **common)
     else:
