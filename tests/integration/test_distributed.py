@@ -1,4 +1,4 @@
-"""Data-parallel training through msrun with CPU collectives (PPO, SAC, TD3): identical parameters on
+"""Data-parallel training through msrun with CPU collectives (PPO, SAC, TD3, DQN): identical parameters on
 every rank, reproducible launches, and a dead worker reported by rank with the last checkpoint intact."""
 import glob
 import json
@@ -69,22 +69,23 @@ def test_two_workers_identical_parameters_and_reproducible(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_offpolicy_two_workers_identical_parameters(algo, tmp_path):
+@pytest.mark.parametrize("algo, env_id", [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1")])
+def test_offpolicy_two_workers_identical_parameters(algo, env_id, tmp_path):
     # each rank fills its own buffer and samples its own batches; the ranks' mean gradient keeps
-    # the critics, the actor, the targets and SAC's temperature identical
+    # the critics, the actor, the targets, SAC's temperature and DQN's target clock identical
     run = tmp_path / "run"
-    small = SMALL_OFFPOLICY
-    proc = launch(run, 400, config=os.path.join(CONFIGS, algo, "Pendulum-v1.yaml"), extra=small)
+    small = SMALL_OFFPOLICY + (("--set", "algo.train_freq=50", "--set", "algo.gradient_steps=10") if algo == "dqn" else ())
+    config = os.path.join(CONFIGS, algo, f"{env_id}.yaml")
+    proc = launch(run, 400, config=config, extra=small)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.load(open(run / "ranks" / f"{r}.json")) for r in (0, 1)]
     assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]
     assert all(r["status"] == "finished" and r["num_timesteps"] == 400 for r in ranks)
     # the ranks' own data made a difference: a single process of the same config trains other parameters
     one = tmp_path / "one"
-    r = subprocess.run([sys.executable, "-m", "msrl_consistent", "train", os.path.join(CONFIGS, algo, "Pendulum-v1.yaml"),
-                        "--run-dir", str(one), "--total-timesteps", "400", "--set", "eval.freq=0", "--set",
-                        "eval.episodes=1", "--quiet", *small], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "msrl_consistent", "train", config, "--run-dir", str(one),
+                        "--total-timesteps", "400", "--set", "eval.freq=0", "--set", "eval.episodes=1", "--quiet", *small],
+                       capture_output=True, text=True,
                        env=dict(os.environ, GLOG_v="3"), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.load(open(one / "summary.json"))["params_sha256"] != ranks[0]["params_sha256"]
