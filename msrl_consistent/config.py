@@ -140,7 +140,7 @@ class LogConfig:
 @dataclass
 class Config:
     algorithm: str = "ppo"
-    """Algorithm name: one of the registered algorithms (ppo, sac, td3)."""
+    """Algorithm name: one of the registered algorithms (ppo, sac, td3, dqn)."""
     seed: int = 0
     """Seed of every random number generator (Python, NumPy, MindSpore, environments)."""
     total_timesteps: int = 100000
