@@ -63,7 +63,7 @@ def test_member_acts_on_the_numbers_its_exported_cell_computes(tmp_path, env_id,
     n = 64
     obs = _observations(env_id, len(seeds), n, members[0].spec.obs_dim, rng)
     noise = np.zeros((len(seeds), n) + members[0].distribution.noise(rng, 1).shape[1:], np.float32)
-    rows = population._rollout_fn(Tensor(obs), Tensor(noise)).asnumpy()
+    rows = population._rollout_fn(Tensor(obs), Tensor(noise)).asnumpy().reshape(len(seeds), n, -1)  # member after member
     width = int(np.prod(members[0].spec.action_shape, dtype=np.int64))
     for k, m in enumerate(members):
         own = m.act_deterministic(obs[k]).reshape(n, -1)
