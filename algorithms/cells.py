@@ -1,19 +1,24 @@
-"""Graph cells reused by several algorithms (and by their populations): an update followed by the
-acting cell in one call, the Polyak update, the twin critics' Parameters and loss, SAC's
-squashed-Gaussian sampler and TD3's target policy smoothing."""
+"""Graph cells reused by several algorithms, each serving one run and a population alike (a
+population's networks carry a leading member axis, networks.stacked.MembersView): an update
+followed by the acting cell in one call, the ranks' mean gradient, gradient-norm clipping, the
+Polyak update, the twin critics' Parameters and loss, SAC's squashed-Gaussian sampler and TD3's
+target policy smoothing."""
 from __future__ import annotations
 
-import numpy as np
-from mindspore import nn, ops
+from typing import Optional
 
-from msrl_consistent.distributions import tanh_gaussian_log_prob
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn, ops
+
+from msrl_consistent.distributions import rows_mean, tanh_gaussian_log_prob
 from msrl_consistent.networks.mlp import Tanh
 
 
 class UpdateThenAct(nn.Cell):
     """One graph: a gradient step (packed batch -> stats), then the exploration action for the
-    next observation. MindSpore orders the acting cell's Parameter reads after the update's
-    in-place writes (program order of side effects), so the action is the updated policy's."""
+    next observation, read after the step (the observation depends on its stats), so the action
+    is the updated policy's (a population's: after the step wrote the members' actors)."""
 
     def __init__(self, update: nn.Cell, act: nn.Cell):
         super().__init__()
@@ -22,7 +27,7 @@ class UpdateThenAct(nn.Cell):
 
     def construct(self, batch, obs, noise):
         stats = self.update(batch)
-        return stats, self.act(obs, noise)
+        return stats, self.act(ops.depend(obs, stats), noise)
 
 
 class RankMean(nn.Cell):
@@ -56,11 +61,50 @@ class RankMean(nn.Cell):
         return out
 
 
-def polyak(targets, onlines, tau: float, ready):
+class GradNormClip(nn.Cell):
+    """torch's ``clip_grad_norm_`` (what Stable-Baselines3 calls): the global norm of a gradient
+    tuple, concatenated into one vector (4 kernels instead of 2 per tensor), and every gradient
+    times ``min(max_norm / (norm + 1e-6), 1)``. With ``members``, each member's norm over its own
+    slices and ``max_norm`` one value per member."""
+
+    def __init__(self, max_norm, members: Optional[int] = None):
+        super().__init__()
+        self.k = members
+        if members is None:
+            self.max_norm = Tensor([float(max_norm)], ms.float32)  # shape (1,), as clip_by_global_norm
+        else:
+            self.max_norm = Tensor(np.asarray(max_norm, np.float32).reshape((members,)))
+
+    def norm(self, grads):
+        """The global norm: shape (1,), or (members,)."""
+        if self.k is None:
+            return ops.sqrt(ops.square(ops.concat([g.reshape(-1) for g in grads])).sum()).reshape((1,))
+        return ops.sqrt(ops.square(ops.concat([g.reshape((self.k, -1)) for g in grads], 1)).sum(1))
+
+    def construct(self, grads, norm):
+        coef = ops.minimum(self.max_norm / (norm + 1e-6), 1.0)
+        if self.k is None:
+            return tuple(g * coef for g in grads)
+        return tuple(g * coef.reshape((self.k,) + (1,) * (g.ndim - 1)) for g in grads)
+
+
+def per_member(value):
+    """A coefficient of the off-policy steps: the config's float for one run (or for members that
+    share it: the single run's arithmetic), else a Tensor of the members' values shaped
+    (members, 1), broadcast over their rows (a sweep)."""
+    values = np.asarray(value, np.float64).reshape(-1)
+    if np.all(values == values[0]):
+        return float(values[0])
+    return Tensor(values.astype(np.float32).reshape(-1, 1))
+
+
+def polyak(targets, onlines, tau, ready):
     """Graph code: target <- (1 - tau) * target + tau * online for each Parameter pair, reading
-    the online Parameters after ``ready`` (the output of their optimizer step)."""
+    the online Parameters after ``ready`` (the output of their optimizer step); ``tau`` a float,
+    or one value per member (members, 1) for stacked Parameters."""
     for t, o in zip(targets, onlines):
-        ops.assign_add(t, tau * (ops.depend(o, ready) - t))  # bit-identical to Lerp, ~8x faster on CPU
+        rate = tau if isinstance(tau, float) else tau.reshape((-1,) + (1,) * (t.ndim - 1))
+        ops.assign_add(t, rate * (ops.depend(o, ready) - t))  # bit-identical to Lerp, and faster on CPU
     return ready
 
 
@@ -70,9 +114,16 @@ def twin_critic_params(agent, targets: bool = False) -> list:
     return list(q1.get_parameters()) + list(q2.get_parameters())
 
 
+def total(loss):
+    """What a gradient differentiates: one run's loss, or the sum of the members' losses (whose
+    gradient is each member's gradient of its own loss)."""
+    return loss if loss.ndim == 0 else loss.sum()
+
+
 class TwinCriticLoss(nn.Cell):
-    """``scale * (MSE(Q1(s, a), y) + MSE(Q2(s, a), y))`` over the twin critics, and mean Q1 for
-    logging. Stable-Baselines3 uses scale 0.5 in SAC and 1.0 in TD3."""
+    """``scale * (MSE(Q1(s, a), y) + MSE(Q2(s, a), y))`` over the twin critics -> (total, the loss,
+    mean Q1 for logging); one per member for a population's (members, rows) inputs.
+    Stable-Baselines3 uses scale 0.5 in SAC and 1.0 in TD3."""
 
     def __init__(self, agent, scale: float):
         super().__init__()
@@ -82,8 +133,8 @@ class TwinCriticLoss(nn.Cell):
     def construct(self, x, actions, y):
         q1 = self.agent.q1(x, actions)
         q2 = self.agent.q2(x, actions)
-        loss = self.scale * (((q1 - y) ** 2).mean() + ((q2 - y) ** 2).mean())
-        return loss, ops.stop_gradient(q1.mean())
+        loss = self.scale * (rows_mean((q1 - y) ** 2) + rows_mean((q2 - y) ** 2))
+        return total(loss), ops.stop_gradient(loss), ops.stop_gradient(rows_mean(q1))
 
 
 class SquashedGaussian(nn.Cell):

@@ -15,21 +15,22 @@ come from the run's Generator and enter the graph as inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Dict
+from typing import ClassVar, Dict, Optional
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import nn, ops
 
-from msrl_consistent.buffers import ReplayBuffer
 from msrl_consistent.config import POSITIVE, UNIT_INTERVAL, Check, ConfigError
+from msrl_consistent.distributions import rows_mean
 from msrl_consistent.networks.agents import Agent, frozen_copy
 from msrl_consistent.networks.mlp import MLP
-from msrl_consistent.optim import Adam
+from msrl_consistent.networks.stacked import MembersView
 
 from .algorithm import register
-from .cells import RankMean, polyak
+from .cells import GradNormClip, RankMean, polyak, total
 from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
+from .offpolicy_population import OffPolicyPopulation
 
 
 @dataclass
@@ -101,58 +102,67 @@ class DQNAct(nn.Cell):
 
 
 class QLoss(nn.Cell):
-    """Huber loss (smooth L1, delta 1, as F.smooth_l1_loss) between Q(s, a) and the target y,
-    and the mean Q(s, a) for logging."""
+    """Huber loss (smooth L1, delta 1, as F.smooth_l1_loss) between Q(s, a) and the target y ->
+    (total, the loss, mean Q(s, a) for logging); one per member for a population (cells.total)."""
 
     def __init__(self, agent: DQNAgent):
         super().__init__()
         self.agent = agent
 
     def construct(self, x, actions, y):
-        q = ops.gather_elements(self.agent.actor(x), 1, actions.expand_dims(-1)).squeeze(-1)
+        values = self.agent.actor(x)
+        q = ops.gather_elements(values, values.ndim - 1, actions.expand_dims(-1)).squeeze(-1)
         d = q - y
         ad = ops.abs(d)
-        loss = ops.select(ad < 1.0, 0.5 * d * d, ad - 0.5).mean()
-        return loss, ops.stop_gradient(q.mean())
+        loss = rows_mean(ops.select(ad < 1.0, 0.5 * d * d, ad - 0.5))
+        return total(loss), ops.stop_gradient(loss), ops.stop_gradient(rows_mean(q))
 
 
 class DQNStep(nn.Cell):
     """One gradient step. Input: packed float32 batch [obs | action | reward | next_obs |
     terminated]; the target ``r + gamma * (1 - terminated) * max_a' Q_target(s', a')``, the
     Huber loss's gradient (data parallel: the ranks' mean), torch's clip_grad_norm_, Adam;
-    output: stack([loss, q_mean, grad_norm])."""
+    output: stack([loss, q_mean, grad_norm]). On a population's MembersView: (members, rows,
+    width) in, (members, 3) out, each member clipped by its own norm, then the members' own
+    Q-networks (which act) <- the updated ones (``write_back``)."""
 
-    def __init__(self, agent: DQNAgent, c: DQNConfig, layout: BatchLayout, optimizer, world: int = 1):
+    def __init__(self, agent: DQNAgent, c: DQNConfig, layout: BatchLayout, optimizer, world: int = 1,
+                 coefs: Optional[dict] = None, write_back=None):
         super().__init__()
         self.agent = agent
         self.layout = layout
         self.optimizer = optimizer
         self.grad_fn = ops.value_and_grad(QLoss(agent), None, optimizer.parameters, has_aux=True)
         self.rank_mean = RankMean(optimizer.parameters, world)
-        self.gamma = float(c.gamma)
-        self.clip_norm = Tensor([float(c.max_grad_norm)], ms.float32)
+        self.gamma = (coefs or {}).get("gamma", float(c.gamma))
+        self.members = agent.members if isinstance(agent, MembersView) else None
+        self.clip = GradNormClip(c.max_grad_norm if self.members is None else [c.max_grad_norm] * self.members,
+                                 self.members)
+        self.write_back = write_back
 
     def construct(self, batch):
         obs, actions, rewards, next_obs, terminated, _ = self.layout(batch)
         x = self.agent.normalizer(obs)
         q_next = self.agent.q_target(self.agent.normalizer(next_obs)).max(-1)
         y = ops.stop_gradient(rewards + self.gamma * (1.0 - terminated) * q_next)
-        (loss, q_mean), grads = self.grad_fn(x, actions.squeeze(-1).astype(ms.int32), y)
+        (_, loss, q_mean), grads = self.grad_fn(x, actions.squeeze(-1).astype(ms.int32), y)
         grads = self.rank_mean(grads)
-        norm = ops.sqrt(ops.square(ops.concat([g.reshape(-1) for g in grads])).sum()).reshape((1,))
-        coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)
-        self.optimizer(tuple(g * coef for g in grads))
-        return ops.stack([loss, q_mean, norm.reshape(())])
+        norm = self.clip.norm(grads)
+        done = self.optimizer(self.clip(grads, norm))
+        stats = ops.stack([loss, q_mean, norm.reshape(loss.shape)])
+        if self.write_back is not None:
+            stats = ops.depend(stats, self.write_back(done))
+        return stats if self.members is None else stats.transpose(1, 0)
 
 
 class TargetUpdate(nn.Cell):
     """target <- target + tau * (online - target) for every Q-network Parameter (one graph call)."""
 
-    def __init__(self, agent: DQNAgent, tau: float):
+    def __init__(self, agent: DQNAgent, tau):
         super().__init__()
         self.targets = ms.ParameterTuple(list(agent.q_target.get_parameters()))
         self.onlines = ms.ParameterTuple(list(agent.actor.get_parameters()))
-        self.tau = float(tau)
+        self.tau = tau
 
     def construct(self):
         return polyak(self.targets, self.onlines, self.tau, ops.zeros((), ms.float32))
@@ -164,16 +174,22 @@ class DQN(OffPolicyAlgorithm):
     config_cls = DQNConfig
     agent_cls = DQNAgent
     data_parallel = True
+    population = OffPolicyPopulation
+    member_networks = ("actor", "q_target")
+    acting_group = "q"
 
     def build(self) -> None:
-        c: DQNConfig = self.cfg.algo
-        self.optimizer = Adam(list(self.agent.actor.trainable_params()), learning_rate=c.learning_rate)
-        self.optimizers = {"q": self.optimizer}
         self.act_cell = DQNAct(self.agent)
-        self.layout = self.batch_layout()
-        self.update_cells = {"q": DQNStep(self.agent, c, self.layout, self.optimizer, self.dist.world)}
-        self.target_update = TargetUpdate(self.agent, c.tau)
+        super().build()
         self._trained_calls = 0
+
+    def optimizer_groups(self, agent):
+        return {"q": list(agent.actor.trainable_params())}
+
+    def update_steps(self, agent, optimizers, coefs=None, write_back=None):
+        c = self.cfg.algo
+        return {"q": DQNStep(agent, c, self.layout, optimizers["q"], self.dist.world, coefs, write_back),
+                "target": TargetUpdate(agent, (coefs or {}).get("tau", float(c.tau)))}
 
     # -- exploration ---------------------------------------------------------------------------
     def exploration_rate(self) -> float:
@@ -198,39 +214,34 @@ class DQN(OffPolicyAlgorithm):
         a = self.rng.integers(0, self.spec.n_actions, n).astype(np.int32)
         return a, a.astype(np.float32).reshape((n, 1))
 
-    def _split_action(self, out: np.ndarray):
+    def split_action(self, out: np.ndarray):
         return out[:, 0].astype(np.int32), out[:, 1:2]
 
-    def batch_layout(self) -> BatchLayout:
-        return BatchLayout(self.spec.obs_dim, 1, 0)  # the action index, one column
-
-    def make_buffer(self, n_envs: int) -> ReplayBuffer:
-        if self.buffer is None or self.buffer.n_envs != n_envs:
-            c = self.cfg.algo
-            self.buffer = ReplayBuffer(c.buffer_size, self.spec.obs_dim, 1, n_envs, memory_lean=c.memory_lean)
-        return self.buffer
+    @property
+    def action_width(self) -> int:
+        return 1  # the action index
 
     # -- training --------------------------------------------------------------------------------
     def vector_steps(self) -> int:
         """This run's vector steps (SB3's ``_n_calls``): the target-update clock."""
         return self.num_timesteps // (self.cfg.env.n_envs * self.dist.world)
 
-    def learn_loop(self, run) -> None:
+    def start_rounds(self) -> None:
         self._trained_calls = self.vector_steps()  # a resumed run: the checkpoint's step, after its round's updates
-        super().learn_loop(run)
 
-    def train(self, gradient_steps: int, act_obs=None):
+    def due_cells(self):
         """The target updates due since the last round (SB3 runs them during collection, while the
-        Q-network does not change: the same updates, each one graph call), then the gradient steps."""
+        Q-network does not change: the same updates, each one graph call)."""
         every = max(self.cfg.algo.target_update_interval // self.cfg.env.n_envs, 1)
         calls = self.vector_steps()
-        for _ in range(calls // every - self._trained_calls // every):
-            self.target_update()
+        due = ["target"] * (calls // every - self._trained_calls // every)
         self._trained_calls = calls
-        res, action = super().train(gradient_steps, act_obs)
-        res["exploration_rate"] = self.exploration_rate()
-        return res, action
+        return due
+
+    def update_kind(self, n_update: int) -> str:
+        return "q"
 
     def summarize(self, stats):
         s = np.stack([v for _, v in stats])
-        return {"loss": float(s[:, 0].mean()), "q_mean": float(s[:, 1].mean()), "grad_norm": float(s[:, 2].mean())}
+        return {"loss": float(s[:, 0].mean()), "q_mean": float(s[:, 1].mean()), "grad_norm": float(s[:, 2].mean()),
+                "exploration_rate": self.exploration_rate()}

@@ -1,30 +1,31 @@
-"""The off-policy loop shared by SAC and TD3 (as Stable-Baselines3's OffPolicyAlgorithm), its
-config section, and the packed batch layout of one gradient step."""
+"""What every off-policy algorithm (DQN, SAC, TD3) shares, as Stable-Baselines3's
+OffPolicyAlgorithm: the config section, the packed batch of one gradient step, the replay buffer,
+the hooks an algorithm fills and the continuous-action conventions SAC and TD3 opt into. The
+loop itself (one run's or a population's) is off_policy_loop.Rounds."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Literal, Optional, Tuple
 
 import numpy as np
-from mindspore import Tensor, nn
+from mindspore import Parameter, nn
 
 from msrl_consistent.buffers import ReplayBuffer
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check, ConfigError
-from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
-from msrl_consistent.fastcall import FastCall
+from msrl_consistent.optim import Adam
 
 from .algorithm import Algorithm
-from .cells import UpdateThenAct
+from .off_policy_loop import Rounds, mean_stats
 from .run import RunContext
 
 Action = Tuple[np.ndarray, np.ndarray]
-"""(env action, normalized action in [-1, 1]) for a batch of observations."""
+"""(env action, stored action) for a batch of observations: SAC's and TD3's stored action is the
+normalized one in [-1, 1], DQN's the action index as a float32 column."""
 
 
 @dataclass
 class OffPolicyConfig:
-    """Fields shared by SAC and TD3 (the replay loop of OffPolicyAlgorithm)."""
+    """Fields shared by the off-policy algorithms (the replay loop of OffPolicyAlgorithm)."""
 
     learning_rate: float = 3e-4
     """Adam learning rate of the critics and the actor (and SAC's temperature)."""
@@ -67,7 +68,8 @@ class BatchLayout(nn.Cell):
     """The packed float32 batch of one gradient step, ``[obs | action | reward | next_obs |
     terminated | noise]``, one row per transition: :meth:`pack` builds it on the host,
     ``construct`` (graph code) splits it into ``(obs, actions, rewards, next_obs, terminated,
-    noise)``. One array per step is one host-to-device copy instead of six."""
+    noise)``, for one run's (rows, width) or a population's (members, rows, width). One array
+    per step is one host-to-device copy instead of six."""
 
     def __init__(self, obs_dim: int, act_dim: int, noise_dim: int):
         super().__init__()
@@ -82,31 +84,31 @@ class BatchLayout(nn.Cell):
 
     def construct(self, batch):
         o, a = self.obs_dim, self.act_dim
-        return (batch[:, :o], batch[:, self.i_action:self.i_action + a], batch[:, self.i_reward],
-                batch[:, self.i_next:self.i_next + o], batch[:, self.i_term],
-                batch[:, self.i_noise:self.i_noise + self.noise_dim])
+        return (batch[..., :o], batch[..., self.i_action:self.i_action + a], batch[..., self.i_reward],
+                batch[..., self.i_next:self.i_next + o], batch[..., self.i_term],
+                batch[..., self.i_noise:self.i_noise + self.noise_dim])
 
 
 class OffPolicyAlgorithm(Algorithm):
-    """The loop shared by SAC and TD3 (as Stable-Baselines3's OffPolicyAlgorithm).
+    """An off-policy algorithm (as Stable-Baselines3's OffPolicyAlgorithm), whatever its action
+    space: the loop (off_policy_loop.Rounds) collects ``train_freq`` vector steps into the replay
+    buffer per round, then runs ``gradient_steps`` updates, one graph call each; before
+    ``learning_starts`` environment steps the actions are ``random_actions`` and no update runs.
+    The buffer stores the true next observation of every transition (SAME_STEP autoreset).
 
-    Every round collects ``train_freq`` vector steps into the replay buffer, then runs
-    ``gradient_steps`` updates (one graph call each). The rounds' stats are averaged and
-    reported through ``RunContext.after_iteration`` every ``log_interval`` environment steps
-    and whenever an evaluation or checkpoint step is reached. Before
-    ``learning_starts`` environment steps the actions are uniform in the Box, drawn from the
-    run's Generator, and no update runs. The buffer stores actions normalized to [-1, 1]
-    (the critics' input, see sac.SACAgent) and the true next observation of every
-    transition (SAME_STEP autoreset: ``real_next_obs`` from envs.step_transitions).
-
-    Subclasses provide ``act_cell`` ((obs, noise) -> concat(env action, normalized action),
-    one graph call per vector step), ``update_cells`` (name -> cell: packed batch -> stacked
-    stats, one graph call per gradient step), ``update_kind(n)`` (which cell runs the n-th
-    gradient step), ``noise_columns`` (standard-normal columns appended to each batch row)
-    and ``summarize``; ``exploration_noise(n)`` may be overridden.
+    An algorithm sets, in ``build`` before calling this class's: ``act_cell`` ((obs, noise) ->
+    concat(env action, stored action), one graph call per vector step) and ``noise_columns``
+    (standard-normal columns appended to each batch row); it provides ``optimizer_groups``
+    (name -> Parameters of one Adam), ``update_steps`` (update kind -> cell: packed batch ->
+    stats), ``update_kind(n)`` (which kind runs the n-th gradient step), ``summarize``, and the
+    acting hooks ``exploration_noise``, ``random_actions``, ``split_action`` (ContinuousActions
+    has SAC's and TD3's). ``member_networks`` names the agent's networks a population stacks
+    (networks.stacked.MembersView): ``optimizer_groups`` and ``update_steps`` then build the
+    population's step from the same code, with the members' coefficients and the write-back of
+    the ``acting_group``'s Parameters into the members' own, which act.
 
     With ``algo.fuse_act`` the round's last gradient step and the exploration action for the
-    next observation run in one graph call (``UpdateThenAct``): the action is computed with
+    next observation run in one graph call (cells.UpdateThenAct): the action is computed with
     the updated parameters and the noise the next ``explore`` would have drawn, in the same
     order from the Generator, so the results are bit-identical to the unfused loop (a test
     compares parameter hashes) with one graph call per round fewer. Not used with
@@ -128,13 +130,16 @@ class OffPolicyAlgorithm(Algorithm):
     """
 
     buffer: Optional[ReplayBuffer] = None
-    _act_fn: Optional[FastCall] = None
-    _update_fns: Optional[Dict[Tuple[str, bool], FastCall]] = None
     act_cell: nn.Cell
     update_cells: Dict[str, nn.Cell]
     noise_columns: int = 0
+    member_networks: Tuple[str, ...] = ()
+    """The agent's networks (attribute names) a population stacks."""
+    acting_group = "actor"
+    """The optimizer group whose Parameters the acting cell reads (a population writes them back
+    into the members' own after every gradient step)."""
     layout: BatchLayout
-    """Set by ``build`` (``self.layout = self.batch_layout()``, after ``noise_columns``) and given to the update cells."""
+    _rounds: Optional[Rounds] = None
 
     def __init__(self, cfg):
         if cfg.env.normalize_reward:
@@ -153,9 +158,33 @@ class OffPolicyAlgorithm(Algorithm):
             raise ConfigError(f"key 'algo.batch_size' has value {c.batch_size}, expected a multiple of the {workers} "
                               f"workers with algo.rank_batch 'split' (or set algo.rank_batch: full)")
 
+    def build(self) -> None:
+        """One Adam per optimizer group, the batch layout and the update cells (the algorithm's
+        ``build`` has set ``act_cell`` and ``noise_columns``)."""
+        lr = self.cfg.algo.learning_rate
+        self.optimizers = {name: Adam(params, learning_rate=lr) for name, params in self.optimizer_groups(self.agent).items()}
+        self.layout = self.batch_layout()
+        self.update_cells = self.update_steps(self.agent, self.optimizers)
+
+    # -- what an algorithm provides ------------------------------------------------------------------
+    def optimizer_groups(self, agent) -> Dict[str, List[Parameter]]:
+        """Name -> the Parameters one Adam trains, of this agent or of a population's MembersView."""
+        raise NotImplementedError
+
+    def update_steps(self, agent, optimizers: Dict[str, nn.Cell], coefs: Optional[dict] = None,
+                     write_back: Optional[nn.Cell] = None) -> Dict[str, nn.Cell]:
+        """Update kind -> gradient-step cell for this agent (or a population's MembersView, with
+        the members' ``coefs`` (cells.per_member) and the ``write_back`` of their acting Parameters)."""
+        raise NotImplementedError
+
     def batch_layout(self) -> BatchLayout:
         """The packed batch of this algorithm (its update cells unpack it with the same object's construct)."""
-        return BatchLayout(self.spec.obs_dim, self.spec.n_actions, self.noise_columns)
+        return BatchLayout(self.spec.obs_dim, self.action_width, self.noise_columns)
+
+    @property
+    def action_width(self) -> int:
+        """Columns of a stored action in the replay buffer."""
+        return self.spec.n_actions
 
     def update_kind(self, n_update: int) -> str:
         """Name of the update cell that runs the ``n_update``-th gradient step (1-based)."""
@@ -165,15 +194,50 @@ class OffPolicyAlgorithm(Algorithm):
         """Training stats of one round from (update kind, stacked stats) per gradient step."""
         raise NotImplementedError
 
-    def _fn(self, kind: str, fused: bool) -> FastCall:
-        """FastCall of an update cell, or of the update cell followed by the acting cell."""
-        if self._update_fns is None:
-            self._update_fns = {}
-        key = (kind, fused)
-        if key not in self._update_fns:
-            cell = self.update_cells[kind]
-            self._update_fns[key] = FastCall(UpdateThenAct(cell, self.act_cell) if fused else cell)
-        return self._update_fns[key]
+    def exploration_noise(self, n: int) -> np.ndarray:
+        """Host-side input of the acting graph besides the observations, one row per env."""
+        raise NotImplementedError
+
+    def random_actions(self, n: int) -> Action:
+        """The warm-up actions before learning_starts (from the run's Generator)."""
+        raise NotImplementedError
+
+    def split_action(self, out: np.ndarray) -> Action:
+        """The acting cell's output rows as (env action, stored action)."""
+        raise NotImplementedError
+
+    def start_rounds(self) -> None:
+        """Called when the loop starts (or resumes)."""
+
+    def due_cells(self) -> List[str]:
+        """Argument-free update cells due before this round's gradient steps (DQN: its target updates)."""
+        return []
+
+    # -- one run's loop --------------------------------------------------------------------------------
+    @property
+    def rounds(self) -> Rounds:
+        if self._rounds is None:
+            self._rounds = Rounds([self], self, stacked=False, owner=self)
+        return self._rounds
+
+    def train(self, gradient_steps: int, act_obs: Optional[np.ndarray] = None) -> Tuple[Dict[str, float], Optional[Action]]:
+        """Run ``gradient_steps`` updates, one graph call each; returns the round's stats and,
+        with ``act_obs``, the exploration action for ``act_obs`` computed in the last call with
+        the updated parameters (else None)."""
+        stats, actions = self.rounds.train(gradient_steps, None if act_obs is None else act_obs[None])
+        return stats[0], None if actions is None else actions[0]
+
+    def explore(self, obs: np.ndarray) -> Action:
+        """(env action, stored action) of the exploration policy: one graph call."""
+        return self.rounds.explore(obs[None])[0]
+
+    def learn_loop(self, run: RunContext) -> None:
+        self.rounds.loop([run])
+
+    def log_point(self, runs: List[RunContext], pending: List[List[Dict[str, float]]]) -> None:
+        """The loop's log point: the stats of the rounds since the last one, then the run's logs,
+        evaluation and checkpoint (RunContext.after_iteration)."""
+        runs[0].after_iteration(mean_stats(pending[0]))
 
     def packed_batch(self) -> np.ndarray:
         """One float32 training batch (BatchLayout): a replay sample, then ``noise_columns``
@@ -183,56 +247,11 @@ class OffPolicyAlgorithm(Algorithm):
         noise = self.rng.standard_normal((bs, self.noise_columns), dtype=np.float32)
         return self.layout.pack(b, noise)
 
-    def train(self, gradient_steps: int, act_obs: Optional[np.ndarray] = None) -> Tuple[Dict[str, float], Optional[Action]]:
-        """Run ``gradient_steps`` updates, one graph call each; returns the round's stats and,
-        with ``act_obs``, the exploration action for ``act_obs`` computed in the last call with
-        the updated parameters (else None)."""
-        raw: List[Tuple[str, Tensor]] = []
-        action = None
-        for i in range(gradient_steps):
-            self.n_updates += 1
-            kind = self.update_kind(self.n_updates)
-            packed = Tensor(self.packed_batch())
-            if act_obs is not None and i == gradient_steps - 1:
-                noise = self.exploration_noise(act_obs.shape[0])
-                stats, out = self._fn(kind, True)(packed, Tensor(act_obs), Tensor(noise))
-                action = self._split_action(out.asnumpy())
-            else:
-                stats = self._fn(kind, False)(packed)
-            raw.append((kind, stats))
-        res = self.summarize([(kind, t.asnumpy()) for kind, t in raw])
-        res["n_updates"] = self.n_updates
-        return res, action
-
-    # -- acting ----------------------------------------------------------------------------
-    def exploration_noise(self, n: int) -> np.ndarray:
-        """Host-side noise for the acting graph (standard normal, one row per env)."""
-        return self.rng.standard_normal((n, self.spec.n_actions)).astype(np.float32)
-
-    def explore(self, obs: np.ndarray) -> Action:
-        """(env action, normalized action) of the exploration policy: one graph call."""
-        if self._act_fn is None:
-            self._act_fn = FastCall(self.act_cell)
-        out = self._act_fn(Tensor(obs), Tensor(self.exploration_noise(obs.shape[0]))).asnumpy()
-        return self._split_action(out)
-
-    def _split_action(self, out: np.ndarray) -> Action:
-        """The acting cell's concat(env action, normalized action) as the pair."""
-        k = self.spec.n_actions
-        return out[:, :k], out[:, k:]
-
-    def random_actions(self, n: int) -> Action:
-        """Uniform actions in the Box (warm-up before learning_starts) and their normalized form."""
-        low, high = self.spec.act_low, self.spec.act_high
-        env_a = self.rng.uniform(low, high, size=(n, self.spec.n_actions)).astype(np.float32)
-        norm = (2.0 * (env_a - low) / (high - low) - 1.0).astype(np.float32)
-        return env_a, np.clip(norm, -1.0, 1.0)
-
     # -- replay buffer -----------------------------------------------------------------------
     def make_buffer(self, n_envs: int) -> ReplayBuffer:
         if self.buffer is None or self.buffer.n_envs != n_envs:
             c = self.cfg.algo
-            self.buffer = ReplayBuffer(c.buffer_size, self.spec.obs_dim, self.spec.n_actions, n_envs,
+            self.buffer = ReplayBuffer(c.buffer_size, self.spec.obs_dim, self.action_width, n_envs,
                                        memory_lean=c.memory_lean)
         return self.buffer
 
@@ -250,86 +269,27 @@ class OffPolicyAlgorithm(Algorithm):
             n_envs = int(d["pos_full"][3])
             self.make_buffer(n_envs).load(d)
 
-    # -- the loop ------------------------------------------------------------------------------
-    def learn_loop(self, run: RunContext) -> None:
-        cfg, c = self.cfg, self.cfg.algo
-        venv = make_vec_env(cfg.env)
-        n_envs = venv.num_envs
-        buf = self.make_buffer(n_envs)
-        obs = seed_vec_env(venv, self.env_seed())
-        ep_ret = np.zeros(n_envs, np.float64)
-        ep_len = np.zeros(n_envs, np.int64)
-        pending: List[Dict[str, float]] = []
-        last_log = self.num_timesteps
-        warmup_end = c.learning_starts
-        if buf.size == 0 and self.num_timesteps > 0:
-            warmup_end = self.num_timesteps + c.learning_starts  # resumed without its replay buffer
-        fuse = bool(c.fuse_act) and self.obs_rms is None
-        steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
-        phases = run.phases
-        clock = time.perf_counter
-        next_action = None  # exploration action for `obs` computed by the last (fused) update call
-        try:
-            while self.num_timesteps < cfg.total_timesteps:
-                collected = 0
-                for _ in range(c.train_freq):
-                    t0 = clock()
-                    if self.num_timesteps < warmup_end:
-                        env_a, a = self.random_actions(n_envs)
-                    elif next_action is not None:
-                        (env_a, a), next_action = next_action, None
-                    else:
-                        env_a, a = self.explore(obs)
-                    t1 = clock()
-                    next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
-                    phases["env"] += clock() - t1
-                    phases["acting"] += t1 - t0
-                    buf.add(obs, real_next, a, rew, term, trunc)
-                    self.num_timesteps += steps_per_vector_step
-                    collected += n_envs  # this rank's steps: gradient_steps -1 runs as many updates
-                    ep_ret += rew
-                    ep_len += 1
-                    for i in np.nonzero(term | trunc)[0]:
-                        run.episode_done(float(ep_ret[i]), int(ep_len[i]))
-                        ep_ret[i], ep_len[i] = 0.0, 0
-                    if self.obs_rms is not None:  # every rank's observations, merged in rank order
-                        self.obs_rms.update(self.dist.allgather(obs))
-                    obs = next_obs
-                    if self.num_timesteps >= cfg.total_timesteps:
-                        break
-                if self.num_timesteps > warmup_end and buf.size >= 1:  # SB3: train once past learning_starts
-                    # every rank takes part in every gradient step: N ranks keep one process's ratio
-                    steps = (c.gradient_steps if c.gradient_steps > 0 else collected) * self.dist.world
-                    t0 = clock()
-                    fused_obs = obs if fuse and self.num_timesteps < cfg.total_timesteps else None
-                    stats, next_action = self.train(steps, act_obs=fused_obs)
-                    pending.append(stats)
-                    run.update_done(clock() - t0)
-                # New statistics take effect after the update (frozen during a round and its update).
-                self.sync_normalizer()
-                self.iterations += 1
-                # One log line (and the eval/checkpoint check) per log_interval steps, not per round:
-                # RunContext.after_iteration costs ~1 ms (tensorboard + jsonl), as much as a small update.
-                step = self.num_timesteps
-                if (step - last_log >= c.log_interval or step >= cfg.total_timesteps
-                        # a signal: checkpoint after this round. Data parallel: only at the log points
-                        # every rank reaches together (each rank sees a forwarded signal at its own
-                        # moment; a rank entering after_iteration's collective alone would meet the
-                        # others' gradient all-reduce)
-                        or (self.stop_requested is not None and not self.dist.enabled)
-                        or (run.next_eval is not None and step >= run.next_eval)
-                        or (run.next_ckpt is not None and step >= run.next_ckpt)):
-                    run.after_iteration(_mean_stats(pending))
-                    pending, last_log = [], step
-        finally:
-            venv.close()
 
+class ContinuousActions:
+    """The acting conventions of SAC and TD3 (Box actions): the buffer stores actions normalized
+    to [-1, 1] (the critics' input, see sac.SACAgent), the acting cell returns concat(env action,
+    normalized action), the host draws standard-normal exploration noise and uniform warm-up
+    actions in the Box."""
 
-def _mean_stats(rounds: List[Dict[str, float]]) -> Dict[str, float]:
-    """Per-key mean over training rounds (counters such as n_updates: the last value)."""
-    out: Dict[str, float] = {}
-    for k in {k for r in rounds for k in r}:
-        vals = [r[k] for r in rounds if k in r]
-        out[k] = vals[-1] if k.startswith("n_") else float(np.mean(vals))
-    out["train_rounds"] = len(rounds)
-    return out
+    rng: np.random.Generator
+    spec: object
+
+    def exploration_noise(self, n: int) -> np.ndarray:
+        """Standard normal, one row per env."""
+        return self.rng.standard_normal((n, self.spec.n_actions)).astype(np.float32)
+
+    def split_action(self, out: np.ndarray) -> Action:
+        k = self.spec.n_actions
+        return out[:, :k], out[:, k:]
+
+    def random_actions(self, n: int) -> Action:
+        """Uniform actions in the Box (warm-up before learning_starts) and their normalized form."""
+        low, high = self.spec.act_low, self.spec.act_high
+        env_a = self.rng.uniform(low, high, size=(n, self.spec.n_actions)).astype(np.float32)
+        norm = (2.0 * (env_a - low) / (high - low) - 1.0).astype(np.float32)
+        return env_a, np.clip(norm, -1.0, 1.0)

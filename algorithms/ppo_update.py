@@ -8,12 +8,13 @@ from typing import Optional
 
 import mindspore as ms
 import numpy as np
-from mindspore import ParameterTuple, Tensor, nn, ops
+from mindspore import Tensor, nn, ops
 from mindspore.ops.operations._grad_ops import LogSoftmaxGrad
 
 from msrl_consistent.distributions import rows_mean
+from msrl_consistent.networks.stacked import WriteBack
 
-from .cells import RankMean
+from .cells import GradNormClip, RankMean
 
 
 class PPOTrainStep(nn.Cell):
@@ -21,9 +22,7 @@ class PPOTrainStep(nn.Cell):
     clipping and the Adam step -> the stats of STAT_NAMES, shape (7,); for a population's loss
     (``members``: its networks carry a leading member axis) each member's, shape (members, 7).
 
-    The clipping is torch's ``clip_grad_norm_`` (what Stable-Baselines3 calls): every gradient
-    times ``min(max_norm / (norm + 1e-6), 1)``, with the global norm taken over all gradients
-    concatenated into one vector (4 kernels instead of 2 per parameter) and reported as
+    The clipping is torch's ``clip_grad_norm_`` (cells.GradNormClip), its global norm reported as
     grad_norm; a population's members each over their own slices (``max_grad_norm`` one value
     per member). The members' loss is the sum of their losses, so each member's gradient is its
     own loss's. target_kl as Stable-Baselines3: the approx KL is computed by the forward pass,
@@ -39,10 +38,7 @@ class PPOTrainStep(nn.Cell):
         self.early_stop = early_stop
         self.grad_fn = ops.value_and_grad(loss if members is None else MembersTotal(loss), None,
                                           optimizer.parameters, has_aux=True)
-        if members is None:
-            self.clip_norm = Tensor([float(max_grad_norm)], ms.float32)  # shape (1,), as clip_by_global_norm
-        else:
-            self.clip_norm = Tensor(np.asarray(max_grad_norm, np.float32).reshape((members,)))
+        self.clip = GradNormClip(max_grad_norm, members)
         # Data parallel (msrun): average gradients over ranks before clipping, in the same graph.
         self.distributed = world > 1
         self.rank_mean = RankMean(optimizer.parameters, world)
@@ -62,27 +58,15 @@ class PPOTrainStep(nn.Cell):
         grads = self.rank_mean(grads)
         if self.distributed:
             kl = self.all_reduce(kl) / self.world
-        if self.k is None:
-            flat = ops.concat([g.reshape(-1) for g in grads])  # the global norm in 4 kernels, not 2 per tensor
-            norm = ops.sqrt(ops.square(flat).sum()).reshape((1,))
-        else:
-            flat = ops.concat([g.reshape((self.k, -1)) for g in grads], 1)
-            norm = ops.sqrt(ops.square(flat).sum(1))  # (members,)
+        norm = self.clip.norm(grads)
         if self.early_stop:
             if kl <= kl_threshold:
-                self.apply(grads, norm)
+                self.optimizer(self.clip(grads, norm))
         else:
-            self.apply(grads, norm)
+            self.optimizer(self.clip(grads, norm))
         if self.k is None:
             return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
         return ops.stack([loss, pg, vl, ent, kl, cf, norm]).transpose(1, 0)
-
-    def apply(self, grads, norm):
-        coef = ops.minimum(self.clip_norm / (norm + 1e-6), 1.0)  # torch's clip_grad_norm_
-        if self.k is None:
-            self.optimizer(tuple(g * coef for g in grads))
-        else:
-            self.optimizer(tuple(g * coef.reshape((self.k,) + (1,) * (g.ndim - 1)) for g in grads))
 
 
 class MembersTotal(nn.Cell):
@@ -251,7 +235,7 @@ class PPOUpdatePhase(nn.Cell):
     (members * rows) rows; its minibatch indices are member k's drawn from its own Generator,
     offset to its rows and side by side (members * batch_size per minibatch), so each minibatch
     is cut into (members, batch_size) rows. At the end of the phase every member's slice of the
-    stacked Parameters is written into the member's own (``pairs``: networks.stacked.write_back).
+    stacked Parameters is written into the member's own (``pairs``: networks.stacked.WriteBack).
     Its stats are (minibatches, members, 7).
     """
 
@@ -266,12 +250,7 @@ class PPOUpdatePhase(nn.Cell):
         self.per_epoch_all = self.per_epoch + (1 if self.ragged else 0)
         self.total = n_epochs * self.per_epoch_all
         self.early_stop = step.early_stop
-        self.pairs = pairs
-        if pairs is not None:
-            self.stacked_params = ParameterTuple([s for s, _ in pairs])
-            # the members' Parameters share names (each member's agent names them alike), which a
-            # ParameterTuple refuses; the graph tells them apart as objects
-            object.__setattr__(self, "member_params", [p for _, ps in pairs for p in ps])
+        self.write_back = None if pairs is None else WriteBack(pairs)
 
     def minibatch(self, b, clip_range, clip_range_vf, kl_threshold, data):
         rows = [ops.gather(d, b, 0) for d in data]
@@ -304,19 +283,9 @@ class PPOUpdatePhase(nn.Cell):
                 k = ops.select(s[4] > kl_threshold, k * 0 + self.total, k + 1)
             else:
                 k = k + 1
-        if self.pairs is not None:
+        if self.write_back is not None:
             stats = ops.depend(stats, self.write_back(stats))
         return stats, n_run
-
-    def write_back(self, after):
-        """Member k's Parameters <- slice k of the stacked ones (after the loop: ``after``)."""
-        j = 0
-        for s in self.stacked_params:
-            v = ops.depend(s, after)
-            for k in range(self.k):
-                ops.assign(self.member_params[j], v[k])
-                j += 1
-        return after
 
 
 def kl_threshold(target_kl: Optional[float]) -> float:

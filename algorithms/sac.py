@@ -20,14 +20,15 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
 from msrl_consistent.config import POSITIVE, Check
+from msrl_consistent.distributions import rows_mean
 from msrl_consistent.networks.agents import Agent, QNetwork, frozen_copy, require_box
 from msrl_consistent.networks.heads import ScaleToBox
 from msrl_consistent.networks.mlp import MLP, Chain, Tanh, accurate_tanh, dense
-from msrl_consistent.optim import Adam
+from msrl_consistent.networks.stacked import MembersView
 
 from .algorithm import register
-from .cells import RankMean, SquashedGaussian, TwinCriticLoss, polyak, twin_critic_params
-from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
+from .cells import RankMean, SquashedGaussian, TwinCriticLoss, polyak, total, twin_critic_params
+from .off_policy import BatchLayout, ContinuousActions, OffPolicyAlgorithm, OffPolicyConfig
 from .offpolicy_population import OffPolicyPopulation
 
 
@@ -97,7 +98,8 @@ class SACAct(nn.Cell):
 
 
 class ActorLoss(nn.Cell):
-    """mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a = tanh(u) sampled with the host noise."""
+    """mean(alpha * log pi(a|s) - min_i Q_i(s, a)), a = tanh(u) sampled with the host noise ->
+    (total, the loss, log pi); one per member for a population (cells.total)."""
 
     def __init__(self, agent):
         super().__init__()
@@ -109,7 +111,8 @@ class ActorLoss(nn.Cell):
         u, log_prob = self.sampler(x, noise)
         a = self.tanh(u)
         q = ops.minimum(self.agent.q1(x, a), self.agent.q2(x, a))
-        return (alpha * log_prob - q).mean(), ops.stop_gradient(log_prob)
+        loss = rows_mean(alpha * log_prob - q)
+        return total(loss), ops.stop_gradient(loss), ops.stop_gradient(log_prob)
 
 
 class SACTrainStep(nn.Cell):
@@ -119,10 +122,14 @@ class SACTrainStep(nn.Cell):
     noise for a ~ pi(.|s) | noise for a' ~ pi(.|s')]. Output: stacked stats (STAT_NAMES).
     Order as SB3: alpha is read before its update; the TD target uses the target critics
     before their Polyak update; the actor loss sees the critics after their update.
+
+    On a population's MembersView the batch is (members, rows, width), every stat one per member
+    (members, 6), ``coefs`` the members' gamma and tau (cells.per_member) and ``write_back`` copies
+    the updated actors into the members' own, which act.
     """
 
     def __init__(self, agent: SACAgent, c: SACConfig, layout: BatchLayout, critic_opt, actor_opt, alpha_opt,
-                 target_entropy: float, world: int = 1):
+                 target_entropy: float, world: int = 1, coefs: Optional[dict] = None, write_back=None):
         super().__init__()
         # data parallel: each gradient is the ranks' mean (every rank samples its own batch)
         # (the actor's and the temperature's gradients travel together: one collective, not two)
@@ -138,69 +145,79 @@ class SACTrainStep(nn.Cell):
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters, has_aux=True)
         self.targets = ms.ParameterTuple(twin_critic_params(agent, targets=True))
         self.onlines = ms.ParameterTuple(twin_critic_params(agent))
-        self.gamma, self.tau = float(c.gamma), float(c.tau)
-        self.auto_alpha = bool(c.auto_ent_coef)
+        coefs = coefs or {}
+        self.gamma, self.tau = coefs.get("gamma", float(c.gamma)), coefs.get("tau", float(c.tau))
+        self.auto_alpha = alpha_opt is not None
         self.target_entropy = float(target_entropy)
         self.a = agent.spec.n_actions
+        self.members = agent.members if isinstance(agent, MembersView) else None
+        self.write_back = write_back
 
     def construct(self, batch):
         obs, actions, rewards, next_obs, terminated, noise = self.layout(batch)
-        eps, eps_next = noise[:, :self.a], noise[:, self.a:]
+        eps, eps_next = noise[..., :self.a], noise[..., self.a:]
         x = self.agent.normalizer(obs)
         xn = self.agent.normalizer(next_obs)
-        alpha = ops.stop_gradient(ops.exp(self.agent.log_alpha))
+        log_alpha = self.agent.log_alpha  # (1,), or (members, 1)
+        alpha = ops.stop_gradient(ops.exp(log_alpha))
         # Soft TD target from the target critics: r + gamma * (1 - terminated) * (min Q'(s', a') - alpha log pi(a'|s'))
         un, logp_next = self.sampler(xn, eps_next)
         an = self.tanh(un)
         q_next = ops.minimum(self.agent.q1_target(xn, an), self.agent.q2_target(xn, an)) - alpha * logp_next
         y = ops.stop_gradient(rewards + self.gamma * (1.0 - terminated) * q_next)
-        (critic_loss, q_mean), grads = self.critic_grad(x, actions, y)
+        (_, critic_loss, q_mean), grads = self.critic_grad(x, actions, y)
         critic_done = self.critic_opt(self.critic_mean(grads))
         # Actor: after the critic update (SB3 recomputes Q with the updated critics).
-        (actor_loss, log_prob), grads = self.actor_grad(ops.depend(x, critic_done), eps, alpha)
+        (_, actor_loss, log_prob), grads = self.actor_grad(ops.depend(x, critic_done), eps, alpha)
         # Temperature: loss -(log_alpha * (log pi + target_entropy)).mean(); its gradient is -mean(...).
-        err = (log_prob + self.target_entropy).mean()
-        alpha_loss = -(self.agent.log_alpha.sum() * err)
+        err = rows_mean(log_prob + self.target_entropy)
+        alpha_loss = -(log_alpha.reshape(err.shape) * err)
         if self.auto_alpha:
-            grads = self.actor_mean(grads + (ops.reshape(-err, (1,)),))
-            self.actor_opt(grads[:-1])
+            grads = self.actor_mean(grads + (ops.reshape(-err, log_alpha.shape),))
+            actor_done = self.actor_opt(grads[:-1])
             self.alpha_opt(grads[-1:])
         else:
-            self.actor_opt(self.actor_mean(grads))
+            actor_done = self.actor_opt(self.actor_mean(grads))
         polyak(self.targets, self.onlines, self.tau, critic_done)
-        return ops.stack([critic_loss, actor_loss, alpha_loss, alpha.sum(), -log_prob.mean(), q_mean])
+        stats = ops.stack([critic_loss, actor_loss, alpha_loss, alpha.reshape(err.shape), -rows_mean(log_prob), q_mean])
+        if self.write_back is not None:
+            stats = ops.depend(stats, self.write_back(actor_done))
+        return stats if self.members is None else stats.transpose(1, 0)
 
 
 STAT_NAMES = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "entropy", "q_mean")
 
 
 @register
-class SAC(OffPolicyAlgorithm):
+class SAC(ContinuousActions, OffPolicyAlgorithm):
     name = "sac"
     config_cls = SACConfig
     agent_cls = SACAgent
     data_parallel = True
     population = OffPolicyPopulation
 
+    member_networks = ("actor", "log_std_head", "q1", "q2", "q1_target", "q2_target", "log_alpha")
+
     def build(self) -> None:
         c: SACConfig = self.cfg.algo
-        agent: SACAgent = self.agent
         self.target_entropy = float(c.target_entropy if c.target_entropy is not None else -self.spec.n_actions)
-        actor_params = list(agent.actor.trainable_params()) + list(agent.log_std_head.trainable_params())
-        self.critic_opt = Adam(twin_critic_params(agent), learning_rate=c.learning_rate)
-        self.actor_opt = Adam(actor_params, learning_rate=c.learning_rate)
-        self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
-        self.alpha_opt = None
-        if c.auto_ent_coef:
-            self.alpha_opt = Adam([agent.log_alpha], learning_rate=c.learning_rate)
-            self.optimizers["alpha"] = self.alpha_opt
-        else:
-            agent.log_alpha.requires_grad = False
-        self.act_cell = SACAct(agent)
+        if not c.auto_ent_coef:
+            self.agent.log_alpha.requires_grad = False
+        self.act_cell = SACAct(self.agent)
         self.noise_columns = 2 * self.spec.n_actions  # a ~ pi(.|s) and a' ~ pi(.|s')
-        self.layout = self.batch_layout()
-        self.update_cells = {"step": SACTrainStep(agent, c, self.layout, self.critic_opt, self.actor_opt,
-                                                  self.alpha_opt, self.target_entropy, self.dist.world)}
+        super().build()
+
+    def optimizer_groups(self, agent):
+        groups = {"critic": twin_critic_params(agent),
+                  "actor": list(agent.actor.trainable_params()) + list(agent.log_std_head.trainable_params())}
+        if self.cfg.algo.auto_ent_coef:
+            groups["alpha"] = [agent.log_alpha]
+        return groups
+
+    def update_steps(self, agent, optimizers, coefs=None, write_back=None):
+        o = optimizers
+        return {"step": SACTrainStep(agent, self.cfg.algo, self.layout, o["critic"], o["actor"], o.get("alpha"),
+                                     self.target_entropy, self.dist.world, coefs, write_back)}
 
     def summarize(self, stats):
         mean = np.mean([s for _, s in stats], axis=0)

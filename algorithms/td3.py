@@ -15,21 +15,22 @@ Box's units. Follows Stable-Baselines3's TD3.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Dict
+from typing import ClassVar, Dict, Optional
 
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, Check
+from msrl_consistent.distributions import rows_mean
 from msrl_consistent.networks.agents import Agent, QNetwork, frozen_copy, require_box
 from msrl_consistent.networks.heads import ScaleToBox
 from msrl_consistent.networks.mlp import MLP, Tanh, accurate_tanh
-from msrl_consistent.optim import Adam
+from msrl_consistent.networks.stacked import MembersView
 
 from .algorithm import register
-from .cells import RankMean, TargetPolicySmoothing, TwinCriticLoss, polyak, twin_critic_params
-from .off_policy import BatchLayout, OffPolicyAlgorithm, OffPolicyConfig
+from .cells import RankMean, TargetPolicySmoothing, TwinCriticLoss, polyak, total, twin_critic_params
+from .off_policy import BatchLayout, ContinuousActions, OffPolicyAlgorithm, OffPolicyConfig
 from .offpolicy_population import OffPolicyPopulation
 
 
@@ -96,7 +97,8 @@ class TD3Act(nn.Cell):
 
 
 class ActorLoss(nn.Cell):
-    """-mean Q_1(s, tanh(actor(s))) (deterministic policy gradient through the first critic)."""
+    """-mean Q_1(s, tanh(actor(s))) (deterministic policy gradient through the first critic) ->
+    (total, the loss); one per member for a population (cells.total)."""
 
     def __init__(self, agent):
         super().__init__()
@@ -104,14 +106,18 @@ class ActorLoss(nn.Cell):
         self.tanh = Tanh()
 
     def construct(self, x):
-        return -self.agent.q1(x, self.tanh(self.agent.actor(x))).mean()
+        loss = -rows_mean(self.agent.q1(x, self.tanh(self.agent.actor(x))))
+        return total(loss), ops.stop_gradient(loss)
 
 
 class TD3CriticStep(nn.Cell):
     """Critic-only gradient step. Input: packed float32 batch [obs | action | reward |
-    next_obs | terminated | target smoothing noise]; output: stack([critic_loss, q_mean])."""
+    next_obs | terminated | target smoothing noise]; output: stack([critic_loss, q_mean]).
+    On a population's MembersView: (members, rows, width) in, (members, 2) out; ``coefs``
+    the members' gamma and tau (cells.per_member)."""
 
-    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt, world: int = 1):
+    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt, world: int = 1,
+                 coefs: Optional[dict] = None):
         super().__init__()
         self.critic_mean = RankMean(critic_opt.parameters, world)  # data parallel: the ranks' mean gradient
         self.agent = agent
@@ -119,7 +125,9 @@ class TD3CriticStep(nn.Cell):
         self.critic_opt = critic_opt
         self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 1.0), None, critic_opt.parameters, has_aux=True)
         self.smooth = TargetPolicySmoothing(c.target_policy_noise, c.target_noise_clip)
-        self.gamma = float(c.gamma)
+        coefs = coefs or {}
+        self.gamma, self.tau = coefs.get("gamma", float(c.gamma)), coefs.get("tau", float(c.tau))
+        self.members = agent.members if isinstance(agent, MembersView) else None
 
     def critic_update(self, batch):
         obs, actions, rewards, next_obs, terminated, eps = self.layout(batch)
@@ -129,60 +137,71 @@ class TD3CriticStep(nn.Cell):
         an = self.smooth(self.agent.actor_target(xn), eps)
         q_next = ops.minimum(self.agent.q1_target(xn, an), self.agent.q2_target(xn, an))
         y = ops.stop_gradient(rewards + self.gamma * (1.0 - terminated) * q_next)
-        (loss, q_mean), grads = self.critic_grad(x, actions, y)
+        (_, loss, q_mean), grads = self.critic_grad(x, actions, y)
         done = self.critic_opt(self.critic_mean(grads))
         return x, loss, q_mean, done
 
     def construct(self, batch):
         _, loss, q_mean, _ = self.critic_update(batch)
-        return ops.stack([loss, q_mean])
+        return self.rows(ops.stack([loss, q_mean]))
+
+    def rows(self, stats):
+        """One run's stats (n,), or the members' (members, n)."""
+        return stats if self.members is None else stats.transpose(1, 0)
 
 
 class TD3FullStep(TD3CriticStep):
     """Critic step, then the delayed actor step and the Polyak updates of all targets;
-    output: stack([critic_loss, q_mean, actor_loss])."""
+    output: stack([critic_loss, q_mean, actor_loss]). A population's step then copies the
+    updated actors into the members' own (``write_back``), which act."""
 
-    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt, actor_opt, world: int = 1):
-        super().__init__(agent, c, layout, critic_opt, world)
+    def __init__(self, agent: TD3Agent, c: TD3Config, layout: BatchLayout, critic_opt, actor_opt, world: int = 1,
+                 coefs: Optional[dict] = None, write_back=None):
+        super().__init__(agent, c, layout, critic_opt, world, coefs)
         self.actor_opt = actor_opt
         self.actor_mean = RankMean(actor_opt.parameters, world)
-        self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters)
-        self.tau = float(c.tau)
+        self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters, has_aux=True)
         self.critic_targets = ms.ParameterTuple(twin_critic_params(agent, targets=True))
         self.critics = ms.ParameterTuple(twin_critic_params(agent))
         self.actor_targets = ms.ParameterTuple(list(agent.actor_target.get_parameters()))
         self.actors = ms.ParameterTuple(list(agent.actor.get_parameters()))
+        self.write_back = write_back
 
     def construct(self, batch):
         x, critic_loss, q_mean, critic_done = self.critic_update(batch)
         # The actor loss sees the updated critics (as SB3).
-        actor_loss, grads = self.actor_grad(ops.depend(x, critic_done))
+        (_, actor_loss), grads = self.actor_grad(ops.depend(x, critic_done))
         actor_done = self.actor_opt(self.actor_mean(grads))
         polyak(self.critic_targets, self.critics, self.tau, critic_done)
         polyak(self.actor_targets, self.actors, self.tau, actor_done)
-        return ops.stack([critic_loss, q_mean, actor_loss])
+        stats = ops.stack([critic_loss, q_mean, actor_loss])
+        if self.write_back is not None:
+            stats = ops.depend(stats, self.write_back(actor_done))
+        return self.rows(stats)
 
 
 @register
-class TD3(OffPolicyAlgorithm):
+class TD3(ContinuousActions, OffPolicyAlgorithm):
     name = "td3"
     config_cls = TD3Config
     agent_cls = TD3Agent
     data_parallel = True
     population = OffPolicyPopulation
 
+    member_networks = ("actor", "q1", "q2", "actor_target", "q1_target", "q2_target")
+
     def build(self) -> None:
-        c: TD3Config = self.cfg.algo
-        agent: TD3Agent = self.agent
-        self.critic_opt = Adam(twin_critic_params(agent), learning_rate=c.learning_rate)
-        self.actor_opt = Adam(list(agent.actor.trainable_params()), learning_rate=c.learning_rate)
-        self.optimizers = {"critic": self.critic_opt, "actor": self.actor_opt}
-        self.act_cell = TD3Act(agent, c.action_noise_sigma)
+        self.act_cell = TD3Act(self.agent, self.cfg.algo.action_noise_sigma)
         self.noise_columns = self.spec.n_actions  # target policy smoothing
-        self.layout = self.batch_layout()
-        world = self.dist.world
-        self.update_cells = {"critic": TD3CriticStep(agent, c, self.layout, self.critic_opt, world),
-                             "full": TD3FullStep(agent, c, self.layout, self.critic_opt, self.actor_opt, world)}
+        super().build()
+
+    def optimizer_groups(self, agent):
+        return {"critic": twin_critic_params(agent), "actor": list(agent.actor.trainable_params())}
+
+    def update_steps(self, agent, optimizers, coefs=None, write_back=None):
+        c, o, world = self.cfg.algo, optimizers, self.dist.world
+        return {"critic": TD3CriticStep(agent, c, self.layout, o["critic"], world, coefs),
+                "full": TD3FullStep(agent, c, self.layout, o["critic"], o["actor"], world, coefs, write_back)}
 
     def update_kind(self, n_update: int) -> str:
         """Every policy_delay-th gradient step is the full step (critic, actor, targets)."""

@@ -59,7 +59,7 @@ def main():
     for k in args.ks:
         pop, obs = build(args.config, k)
         m0 = pop.members[0]
-        population = lambda pop=pop, obs=obs: pop._train(1, obs)  # noqa: E731
+        population = lambda pop=pop, obs=obs: pop.rounds.train(1, obs)  # noqa: E731
         single = lambda m0=m0, obs=obs: m0.train(1, act_obs=obs[0])  # noqa: E731
         population()
         single()  # compile both

@@ -35,6 +35,8 @@ CASES = {
     "sac-pendulum": ("sac/Pendulum-v1.yaml", 1000, []),
     "td3-pendulum": ("td3/Pendulum-v1.yaml", 1000, ["algo.learning_starts=200", "algo.train_freq=100",
                                                     "algo.gradient_steps=100"]),
+    # epsilon-greedy acting, target updates on the environment-step clock, gradient clipping
+    "dqn-cartpole": ("dqn/CartPole-v1.yaml", 3000, ["algo.learning_starts=500", "algo.target_update_interval=300"]),
 }
 
 # populations: name -> (config, total_timesteps, extra msrl train arguments); every member's hash
@@ -52,6 +54,10 @@ POPULATION_CASES = {
     "pop-sac-pendulum": ("sac/Pendulum-v1.yaml", 1000, ["--seeds", "0-1"]),
     "pop-td3-pendulum": ("td3/Pendulum-v1.yaml", 1000, ["--seeds", "0-1", "--set", "algo.learning_starts=200",
                                                        "--set", "algo.train_freq=100", "--set", "algo.gradient_steps=100"]),
+    # the members' Q-networks stacked, each clipped by its own gradient norm; one learning rate per member
+    "pop-dqn-cartpole-sweep": ("dqn/CartPole-v1.yaml", 3000, ["--seeds", "0-1", "--sweep", "algo.learning_rate=2.3e-3,1e-3",
+                                                             "--set", "algo.learning_starts=500",
+                                                             "--set", "algo.target_update_interval=300"]),
 }
 
 

@@ -10,7 +10,7 @@ every ended sub-env, so truncated episodes bootstrap from it and terminated ones
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
@@ -185,12 +185,15 @@ def make_vec_env(env_cfg: EnvConfig, n_envs: Optional[int] = None):
     return cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
-def seed_vec_env(venv, seed: int) -> np.ndarray:
-    """Reset with per-env seeds seed+i and seed the action spaces; returns the first observations."""
+def seed_vec_env(venv, seed: Union[int, Sequence[int]]) -> np.ndarray:
+    """Reset with per-env seeds seed+i and seed the action spaces; returns the first observations.
+    A population's envs (one seed per member, its envs side by side): member j's envs get its
+    seed + i, as its own run's would."""
+    seeds = [seed] if isinstance(seed, (int, np.integer)) else list(seed)
     n = venv.num_envs
-    obs, _ = venv.reset(seed=[seed + i for i in range(n)])
-    venv.action_space.seed(seed)
-    venv.single_action_space.seed(seed)
+    obs, _ = venv.reset(seed=[s + i for s in seeds for i in range(n // len(seeds))])
+    venv.action_space.seed(seeds[0])
+    venv.single_action_space.seed(seeds[0])
     return flat_obs(obs, n)
 
 

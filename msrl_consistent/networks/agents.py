@@ -81,6 +81,14 @@ class QNetwork(nn.Cell):
         super().__init__()
         self.net = MLP(rng, obs_dim + act_dim, hidden, activation, 1, 1.0, ortho)
 
+    @classmethod
+    def around(cls, net: nn.Cell) -> "QNetwork":
+        """A QNetwork computing with ``net`` (a population's stacked copy of the members' nets)."""
+        q = cls.__new__(cls)
+        nn.Cell.__init__(q)
+        q.net = net
+        return q
+
     def construct(self, x, a):
         return self.net(ops.concat((x, a), -1)).squeeze(-1)
 

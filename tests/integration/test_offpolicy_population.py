@@ -1,4 +1,4 @@
-"""SAC and TD3 populations: several seeds (or settings) trained in one process, each member an
+"""Off-policy populations (SAC, TD3): several seeds (or settings) trained in one process, each member an
 ordinary run that explores with exactly the numbers its exported policy cell computes."""
 import json
 import os
@@ -11,6 +11,7 @@ from mindspore import Tensor
 
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent import registry
+from msrl_consistent.algorithms.off_policy_loop import Rounds
 from msrl_consistent.algorithms.run import TrainingInterrupted
 from msrl_consistent.config import load_config
 from msrl_consistent.export.exporter import export_run
@@ -22,15 +23,19 @@ SMALL = {"sac": ["total_timesteps=400", "algo.learning_starts=100", "algo.batch_
                  "algo.log_interval=100", "eval.freq=0", "eval.episodes=1"],
          "td3": ["total_timesteps=400", "algo.learning_starts=100", "algo.train_freq=50", "algo.gradient_steps=50",
                  "algo.batch_size=32", "policy.net_arch=[32,32]", "algo.log_interval=100", "eval.freq=0",
-                 "eval.episodes=1"]}
+                 "eval.episodes=1"],
+         "dqn": ["total_timesteps=400", "algo.learning_starts=100", "algo.train_freq=50", "algo.gradient_steps=20",
+                 "algo.batch_size=32", "policy.net_arch=[32,32]", "algo.target_update_interval=100",
+                 "algo.log_interval=100", "eval.freq=0", "eval.episodes=1"]}
+ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "dqn": "CartPole-v1"}
 
 
 def _config(algo, extra=()):
-    return load_config(os.path.join(CONFIGS, algo, "Pendulum-v1.yaml"), SMALL[algo] + list(extra))
+    return load_config(os.path.join(CONFIGS, algo, f"{ENV[algo]}.yaml"), SMALL[algo] + list(extra))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["sac", "td3"])
+@pytest.mark.parametrize("algo", ["sac", "td3", "dqn"])
 def test_member_explores_with_its_exported_cells_numbers(tmp_path, algo):
     """After training: the population's acting graph with zero exploration noise gives each member
     exactly its own policy cell's actions; every member Parameter equals its slice of the stacked
@@ -46,19 +51,20 @@ def test_member_explores_with_its_exported_cells_numbers(tmp_path, algo):
     population = registry.get(algo).population(members, dirs, run_dir)
     population.learn()
     assert all(m.num_timesteps == 400 for m in members)
-    for stacked, params in population.stacked.host_pairs:  # synced at the end
+    for stacked, params in population.host_pairs:  # synced at the end
         for k, p in enumerate(params):
             np.testing.assert_array_equal(p.asnumpy(), stacked.asnumpy()[k])
-    for _, pairs in population.stacked.optimizers.values():  # the actor: written by every gradient step
+    for _, pairs in population.optimizers.values():  # the actor: written by every gradient step
         for stacked, params in pairs:
             for k, p in enumerate(params):
                 np.testing.assert_array_equal(p.asnumpy(), stacked.asnumpy()[k])
     rng = np.random.default_rng(0)
     n = 64
-    obs = rng.uniform(-1.0, 1.0, (len(seeds), n, 3)).astype(np.float32)
-    rows = population._act_fn(Tensor(obs), Tensor(np.zeros((len(seeds), n, 1), np.float32))).asnumpy()
+    obs = rng.uniform(-1.0, 1.0, (len(seeds), n, members[0].spec.obs_dim)).astype(np.float32)
+    no_noise = np.zeros((len(seeds),) + members[0].exploration_noise(n).shape, np.float32)  # DQN: never explore
+    rows = population.act_cell(Tensor(obs), Tensor(no_noise)).asnumpy()
     for k, m in enumerate(members):
-        np.testing.assert_array_equal(rows[k, :, :1], m.act_deterministic(obs[k]))
+        np.testing.assert_array_equal(rows[k, :, :1], m.act_deterministic(obs[k]).reshape(n, 1).astype(np.float32))
     hashes = member_hashes(run_dir, seeds)
     assert len(set(hashes.values())) == 2
     for k, m in enumerate(members):  # the summaries' hashes are the members' final Parameters
@@ -95,17 +101,16 @@ def test_warmup_is_the_single_runs_and_training_is_reproducible(tmp_path):
     # bit-identical (the envs are reseeded from (seed, steps done), as a single run's resume does)
     cfg = _config("sac", ["total_timesteps=250", "algo.save_replay_buffer=true"])
     seeds = [0, 1]
-    cls = registry.get("sac").population
-    original = cls._train
+    original = Rounds.train
 
-    def stop_after_60_updates(self, steps, act_obs):
+    def stop_after_60_updates(self, steps, act_obs=None):
         out = original(self, steps, act_obs)
         if self.members[0].n_updates >= 60:
-            self.stop_requested = 15
+            self.owner.stop_requested = 15
         return out
 
     interrupted = {}
-    cls._train = stop_after_60_updates
+    Rounds.train = stop_after_60_updates
     try:
         for name in ("a", "b"):
             with pytest.raises(TrainingInterrupted):
@@ -117,7 +122,7 @@ def test_warmup_is_the_single_runs_and_training_is_reproducible(tmp_path):
                 interrupted[name][s] = ckpt.load_checkpoint(os.path.join(d, "step-000000160.safetensors"))[1][
                     "params_sha256"]
     finally:
-        cls._train = original
+        Rounds.train = original
     assert interrupted["a"] == interrupted["b"] and len(set(interrupted["a"].values())) == 2
     third, fourth = str(tmp_path / "a"), str(tmp_path / "c")
     shutil.copytree(third, fourth)
@@ -128,6 +133,30 @@ def test_warmup_is_the_single_runs_and_training_is_reproducible(tmp_path):
     for m in members:
         assert set(named_parameters(m.agent)) >= {"q1_target.net.layers.0.weight", "log_alpha"}
         assert int(m.optimizers["critic"].global_step.asnumpy().reshape(-1)[0]) == m.n_updates
+
+
+@pytest.mark.slow
+def test_dqn_population_sweeps_the_learning_rate_reproducibly(tmp_path):
+    """`msrl train dqn/CartPole-v1 --seeds 0-1 --sweep learning_rate=...`: four members on stacked
+    Q-networks, one learning rate per member; each setting trains with its own values, and a second
+    run of the same command gives every member the same sha256."""
+    sets = sum((["--set", s] for s in SMALL["dqn"] if not s.startswith("total_timesteps")), [])
+    runs = []
+    for name in ("a", "b"):
+        run_dir = tmp_path / name
+        r = msrl("train", "dqn/CartPole-v1", "--seeds", "0-1", "--sweep", "learning_rate=2.3e-3,1e-3",
+                 "--total-timesteps", "300", "--run-dir", run_dir, "--quiet", *sets)
+        assert r.returncode == 0, r.stderr
+        with open(run_dir / "population.json") as fh:
+            members = [m["run_dir"] for m in json.load(fh)["members"]]
+        hashes = {}
+        for m in members:
+            with open(run_dir / m / "summary.json") as fh:
+                hashes[m] = json.load(fh)["params_sha256"]
+        runs.append(hashes)
+    assert sorted(runs[0]) == ["learning_rate=0.001-seed0", "learning_rate=0.001-seed1", "learning_rate=0.0023-seed0",
+                               "learning_rate=0.0023-seed1"]
+    assert runs[0] == runs[1] and len(set(runs[0].values())) == 4
 
 
 @pytest.mark.slow

@@ -9,8 +9,8 @@ import pytest
 from mindspore import Tensor, nn
 
 from msrl_consistent import registry
-from msrl_consistent.algorithms import OffPolicyAlgorithm
 from msrl_consistent.algorithms.cells import TargetPolicySmoothing
+from msrl_consistent.algorithms.off_policy import ContinuousActions
 from msrl_consistent.algorithms.sac import SACAct, SACAgent
 from msrl_consistent.algorithms.td3 import TD3Act, TD3Agent
 from msrl_consistent.buffers import ReplayBuffer
@@ -225,7 +225,7 @@ def test_policy_cells_scale_to_asymmetric_box(name):
 
 def test_random_warmup_actions_in_box():
     fake = SimpleNamespace(spec=_spec(), rng=np.random.default_rng(0))
-    env_a, norm = OffPolicyAlgorithm.random_actions(fake, 4096)
+    env_a, norm = ContinuousActions.random_actions(fake, 4096)
     assert (env_a >= LOW).all() and (env_a <= HIGH).all()
     assert np.abs(norm).max() <= 1.0 and norm.min() < -0.99 and norm.max() > 0.99
     np.testing.assert_allclose(env_a, LOW + (norm + 1) / 2 * (HIGH - LOW), atol=1e-5)
