@@ -30,9 +30,8 @@ from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks.agents import named_parameters
 from msrl_consistent.normalization import RunningMeanStd
 from msrl_consistent.registry import register
+from msrl_consistent.run_context import NonFiniteError, RunContext, TrainingInterrupted
 from msrl_consistent.signals import StopOnSignals
-
-from .run import NonFiniteError, RunContext, TrainingInterrupted
 
 __all__ = ["Algorithm", "NonFiniteError", "RunContext", "TrainingInterrupted", "register", "schedule_value"]
 

@@ -13,10 +13,10 @@ from mindspore import Parameter, nn
 from msrl_consistent.buffers import ReplayBuffer
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check, ConfigError
 from msrl_consistent.optim import Adam
+from msrl_consistent.run_context import RunContext
 
 from .algorithm import Algorithm
 from .off_policy_loop import Rounds, mean_stats
-from .run import RunContext
 
 Action = Tuple[np.ndarray, np.ndarray]
 """(env action, stored action) for a batch of observations: SAC's and TD3's stored action is the

@@ -18,9 +18,9 @@ from mindspore import Tensor
 
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
+from msrl_consistent.run_context import RunContext
 
 from .cells import UpdateThenAct
-from .run import RunContext
 
 
 class Rounds:

@@ -25,12 +25,12 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from msrl_consistent.networks.stacked import MembersView, WriteBack
+from msrl_consistent.populations.base import Population
+from msrl_consistent.populations.stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
+from msrl_consistent.run_context import RunContext
 
 from .cells import per_member
 from .off_policy_loop import Rounds, mean_stats
-from .population_base import Population
-from .run import RunContext
-from .stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
 
 
 class MembersAct(nn.Cell):
@@ -55,7 +55,7 @@ class OffPolicyPopulation(Population):
     @staticmethod
     def refusal(cfg) -> Optional[str]:
         """Why the stacked graphs cannot train this config's members (None: they can); such a
-        population trains its members one after another (population_base.SequentialPopulation)."""
+        population trains its members one after another (msrl_consistent.populations.base.SequentialPopulation)."""
         return "key 'env.normalize_obs' is set" if cfg.env.normalize_obs else None
 
     def __init__(self, members: List, run_dirs: List[str], run_dir: str, whole: bool = True):

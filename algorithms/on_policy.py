@@ -1,10 +1,11 @@
-"""The on-policy loop (PPO): collect ``n_steps`` vector steps with one graph call each into a
-RolloutBuffer, bootstrap truncated episodes and the last step with the value cell, compute
-GAE, then run the algorithm's ``train`` on the rollout."""
+"""What on-policy algorithms (PPO) share: the rollout graph's packed output, the base class and
+its hooks, and the loop (:class:`Rollouts`, once for one run and a population): collect
+``n_steps`` vector steps with one graph call each into a RolloutBuffer, bootstrap truncated
+episodes and the last step with the value cell, compute GAE, then train on the rollout."""
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import mindspore as ms
 import numpy as np
@@ -16,10 +17,10 @@ from msrl_consistent.distributions import Distribution
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.normalization import RewardNormalizer
+from msrl_consistent.run_context import RunContext
 
 from .algorithm import Algorithm
 from .recurrent import Carry, SequenceBuffer
-from .run import RunContext
 
 
 class PackedRollout(nn.Cell):
@@ -109,45 +110,79 @@ class OnPolicyAlgorithm(Algorithm):
         return self.reward_norm
 
     def learn_loop(self, run: RunContext) -> None:
-        cfg = self.cfg
         self._rollout_fn = FastCall(PackedRollout(self.rollout_cell))
         self._value_fn = FastCall(self.value_cell)
-        venv = make_vec_env(cfg.env)
-        n_envs = venv.num_envs
-        act_shape = self.spec.action_shape
-        stored = self.rollout_features
-        obs_dtype = np.dtype(np.float32 if stored else self.spec.input_dtype)
-        carry = Carry(n_envs, self.state_dim) if self.state_dim else None
+        Rollouts([self], stacked=False, owner=self).loop([run])
+
+    # -- the hooks of Rollouts (a population has its own) ------------------------------------------------
+    def gae(self):
+        """GAE's (gamma, lambda): one run's floats (a population's: one per buffer column)."""
+        return self.gamma, self.gae_lambda
+
+    def train_members(self, buf) -> List[Dict[str, float]]:
+        return [self.train(buf)]
+
+    def after_update(self, runs: List[RunContext]) -> None:
+        """After the members' logs, evaluations and checkpoints (a population acts on a stop here)."""
+
+
+class Rollouts:
+    """The on-policy loop, once for one run and a population: collect ``n_steps`` vector steps
+    with one graph call each into a RolloutBuffer, bootstrap truncated episodes and the last step
+    with the value cell, compute GAE, then train (one update phase) and log.
+
+    ``members``: one run's algorithm, or a population's K members, whose envs sit side by side in
+    one vector env and whose rows side by side in one buffer (member i's columns i * n .. (i + 1) * n,
+    seeded as its own run seeds them); ``stacked``: the graphs take them with a leading member
+    axis. ``owner`` (the run's algorithm, or the population) holds the graphs (``_rollout_fn``,
+    ``_value_fn``, ``values_of``) and the hooks ``gae``, ``train_members`` and ``after_update``.
+    A recurrent policy (the run's ``state_dim``) carries its state through recurrent.Carry and a
+    frame stack is kept as deployed (deploy.FrameStack); populations refuse both."""
+
+    def __init__(self, members: List, stacked: bool, owner):
+        self.members, self.stacked, self.owner = members, stacked, owner
+
+    def loop(self, runs: List[RunContext]) -> None:  # noqa: C901 - SB3's collect/GAE/train cycle, kept in one place
+        members, m0, owner = self.members, self.members[0], self.owner
+        cfg, spec, k = m0.cfg, m0.spec, len(members)
+        n = cfg.env.n_envs
+        venv = make_vec_env(cfg.env, k * n)
+        act_shape = spec.action_shape
+        stored = m0.rollout_features
+        obs_dtype = np.dtype(np.float32 if stored else spec.input_dtype)
+        carry = Carry(n, m0.state_dim) if m0.state_dim else None
         if carry is None:
-            buf = RolloutBuffer(self.n_steps, n_envs, stored or self.spec.obs_dim, act_shape, self.spec.discrete,
-                                obs_dtype)
+            buf = RolloutBuffer(m0.n_steps, k * n, stored or spec.obs_dim, act_shape, spec.discrete, obs_dtype)
         else:
-            buf = SequenceBuffer(self.n_steps, n_envs, self.spec.obs_dim, act_shape, self.spec.discrete, obs_dtype,
-                                 self.state_dim, self.seq_len)
+            buf = SequenceBuffer(m0.n_steps, n, spec.obs_dim, act_shape, spec.discrete, obs_dtype,
+                                 m0.state_dim, m0.seq_len)
         # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed)
-        stack = FrameStack(self.spec.frame_stack, self.spec.frame_dim) if self.spec.frame_stack > 1 else None
-        steps_per_vector_step = n_envs * self.dist.world  # num_timesteps counts every rank's steps
-        obs = seed_vec_env(venv, self.env_seed())
+        stack = FrameStack(spec.frame_stack, spec.frame_dim) if spec.frame_stack > 1 else None
+        world = m0.dist.world  # num_timesteps counts every rank's steps
+        obs = seed_vec_env(venv, [m.env_seed() for m in members])
         if stack is not None:
             obs = stack.reset(obs)
-        ep_ret = np.zeros(n_envs, np.float64)
-        ep_len = np.zeros(n_envs, np.int64)
-        reward_norm = self._reward_normalizer(n_envs) if cfg.env.normalize_reward else None
-        if reward_norm is not None:
-            reward_norm.returns = np.zeros(n_envs, np.float64)  # (re)seeded envs start new episodes
-        phases = run.phases
+        ep_ret = np.zeros(k * n, np.float64)
+        ep_len = np.zeros(k * n, np.int64)
+        norms = [m._reward_normalizer(n) if cfg.env.normalize_reward else None for m in members]
+        for rn in norms:
+            if rn is not None:
+                rn.returns = np.zeros(n, np.float64)  # (re)seeded envs start new episodes
         clock = time.perf_counter
         try:
-            while self.num_timesteps < cfg.total_timesteps:
+            while m0.num_timesteps < cfg.total_timesteps:
                 buf.reset()
                 if carry is not None:
                     carry.begin(buf)
-                for t in range(self.n_steps):
+                for t in range(m0.n_steps):
                     t0 = clock()
-                    noise = self.step_noise(t, n_envs)
-                    inputs = (Tensor(obs), Tensor(noise)) if carry is None else carry.inputs(obs, noise)
-                    packed = self._rollout_fn(*inputs).asnumpy()
-                    env_a, a, logp, v, rows = unpack_rollout(packed, act_shape, self.spec.discrete)
+                    noise = np.concatenate([m.step_noise(t, n) for m in members]) if k > 1 else m0.step_noise(t, n)
+                    if self.stacked:
+                        inputs = (Tensor(obs.reshape(k, n, -1)), Tensor(noise.reshape((k, n) + noise.shape[1:])))
+                    else:
+                        inputs = (Tensor(obs), Tensor(noise)) if carry is None else carry.inputs(obs, noise)
+                    packed = owner._rollout_fn(*inputs).asnumpy()
+                    env_a, a, logp, v, rows = unpack_rollout(packed, act_shape, spec.discrete)
                     if carry is not None:  # the fifth output is the next state, not rows to store
                         carry.acted(buf, t, rows)
                         rows = None
@@ -157,38 +192,45 @@ class OnPolicyAlgorithm(Algorithm):
                         real_next = stack.peek(real_next)  # an ended episode's true final stack
                         next_obs = stack.push(next_obs, term | trunc)
                     t2 = clock()
+                    done = term | trunc
                     r_stored = rew
-                    if reward_norm is not None:
-                        r_stored = reward_norm.step(rew, term | trunc)
+                    if norms[0] is not None:
+                        r_stored = np.concatenate([rn.step(rew[i * n:(i + 1) * n], done[i * n:(i + 1) * n])
+                                                   for i, rn in enumerate(norms)]) if k > 1 else norms[0].step(rew, done)
                     buf.add(obs if rows is None else rows, a, logp, v, r_stored, term, trunc)
-                    if np.any(trunc):
-                        idx = np.nonzero(trunc & ~term)[0]
-                        if idx.size:
-                            # the whole batch: one graph shape (a subset would compile a graph per size)
-                            final = self.values_of(real_next) if carry is None else \
-                                carry.final_values(self._value_fn, real_next)
-                            buf.set_final_values(t, idx, final[idx])
-                    self.num_timesteps += steps_per_vector_step
+                    idx = np.nonzero(trunc & ~term)[0]
+                    if idx.size:
+                        # the whole batch: one graph shape (a subset would compile a graph per size)
+                        final = owner.values_of(real_next) if carry is None else \
+                            carry.final_values(owner._value_fn, real_next)
+                        buf.set_final_values(t, idx, final[idx])
+                    for m in members:
+                        m.num_timesteps += n * world
                     ep_ret += rew
                     ep_len += 1
-                    for i in np.nonzero(term | trunc)[0]:
-                        run.episode_done(float(ep_ret[i]), int(ep_len[i]))
+                    for i in np.nonzero(done)[0]:
+                        runs[i // n].episode_done(float(ep_ret[i]), int(ep_len[i]))
                         ep_ret[i], ep_len[i] = 0.0, 0
                     obs = next_obs
                     if carry is not None:
-                        carry.stepped(term | trunc)
-                    phases["env"] += t2 - t1
-                    phases["acting"] += clock() - t2 + (t1 - t0)
+                        carry.stepped(done)
+                    for run in runs:
+                        run.phases["env"] += t2 - t1
+                        run.phases["acting"] += clock() - t2 + (t1 - t0)
                 t0 = clock()
-                if self.obs_rms is not None:  # every rank's rollout, merged in rank order
-                    self.obs_rms.update(self.dist.allgather(buf.obs))
-                last = self.values_of(obs) if carry is None else carry.values(self._value_fn, obs)
-                buf.compute(last, self.gamma, self.gae_lambda)
-                stats = self.train(buf)
-                # New statistics take effect after the update: frozen during a rollout and its update.
-                self.sync_normalizer()
-                self.iterations += 1
-                run.update_done(clock() - t0)
-                run.after_iteration(stats)
+                for i, m in enumerate(members):
+                    if m.obs_rms is not None:  # every rank's rollout, merged in rank order
+                        m.obs_rms.update(m.dist.allgather(buf.obs[:, i * n:(i + 1) * n]))
+                last = owner.values_of(obs) if carry is None else carry.values(owner._value_fn, obs)
+                buf.compute(last, *owner.gae())
+                stats = owner.train_members(buf)
+                for m in members:
+                    m.sync_normalizer()  # new statistics take effect after the update (frozen during a rollout)
+                    m.iterations += 1
+                dt = clock() - t0
+                for run, s in zip(runs, stats):
+                    run.update_done(dt)
+                    run.after_iteration(s)
+                owner.after_update(runs)
         finally:
             venv.close()

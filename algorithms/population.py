@@ -14,26 +14,23 @@ is msrl_consistent/populations.py's.
 """
 from __future__ import annotations
 
-import time
 from typing import Dict, List, Optional
 
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
-from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.config import ConfigError
-from msrl_consistent.envs import flat_obs, make_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.populations import SWEEPABLE
+from msrl_consistent.populations.base import Population
+from msrl_consistent.populations.stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
+from msrl_consistent.run_context import RunContext
 
 from .algorithm import schedule_value
-from .on_policy import PackedRollout, unpack_rollout
-from .population_base import Population
+from .on_policy import PackedRollout, Rollouts
 from .population_cells import MembersAgent, PopulationRollout, PopulationValue, supported_distribution
 from .ppo_update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, explained_variance, minibatch_indices
-from .run import RunContext
-from .stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
 
 
 class PPOPopulation(Population):
@@ -45,7 +42,7 @@ class PPOPopulation(Population):
     @staticmethod
     def refusal(cfg, spec=None) -> Optional[str]:
         """Why the stacked graphs cannot train this config's members (None: they can); such a
-        population trains its members one after another (population_base.SequentialPopulation).
+        population trains its members one after another (msrl_consistent.populations.base.SequentialPopulation).
         ``spec``: the env's SpaceSpec where the caller has it (else made from the config)."""
         from msrl_consistent.envs import env_spec
         c, pc, ec = cfg.algo, cfg.policy, cfg.env
@@ -93,81 +90,24 @@ class PPOPopulation(Population):
 
     # -- training ---------------------------------------------------------------------------------
     def _loop(self, runs: List[RunContext], signals) -> None:
-        members, m0, spec, k = self.members, self.members[0], self.spec, self.k
-        n = m0.cfg.env.n_envs
-        # One vector env and one rollout buffer for the K * n envs, member k's envs at columns
-        # k * n .. (k + 1) * n, seeded as its own run seeds them.
-        venv = make_vec_env(m0.cfg.env, k * n)
-        obs = flat_obs(venv.reset(seed=[m.env_seed() + i for m in members for i in range(n)])[0], k * n)
-        venv.action_space.seed(m0.env_seed())
-        self.buf = RolloutBuffer(self.c.n_steps, k * n, spec.obs_dim, spec.action_shape, spec.discrete,
-                                 np.dtype(spec.input_dtype))
-        ep_ret = np.zeros(k * n, np.float64)
-        ep_len = np.zeros(k * n, np.int64)
-        norms = [m._reward_normalizer(n) if m.cfg.env.normalize_reward else None for m in members]
-        for rn in norms:
-            if rn is not None:
-                rn.returns = np.zeros(n, np.float64)  # (re)seeded envs start new episodes
-        clock = time.perf_counter
-        try:
-            while m0.num_timesteps < m0.cfg.total_timesteps:
-                self.buf.reset()
-                for t in range(self.c.n_steps):
-                    t_act = clock()
-                    noise = np.concatenate([m.step_noise(t, n) for m in members])
-                    packed = self._rollout_fn(Tensor(obs.reshape(k, n, -1)), Tensor(noise.reshape(
-                        (k, n) + noise.shape[1:]))).asnumpy()
-                    env_a, a, logp, v, _ = unpack_rollout(packed, spec.action_shape, spec.discrete)
-                    t_env = clock()
-                    next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
-                    t_host = clock()
-                    done = term | trunc
-                    stored = rew
-                    if norms[0] is not None:
-                        stored = np.concatenate([rn.step(rew[i * n:(i + 1) * n], done[i * n:(i + 1) * n])
-                                                 for i, rn in enumerate(norms)])
-                    self.buf.add(obs, a, logp, v, stored, term, trunc)
-                    idx = np.nonzero(trunc & ~term)[0]
-                    if idx.size:  # every member's envs: one graph shape
-                        self.buf.set_final_values(t, idx, self.values_of(real_next)[idx])
-                    for m in members:
-                        m.num_timesteps += n
-                    ep_ret += rew
-                    ep_len += 1
-                    for i in np.nonzero(done)[0]:
-                        runs[i // n].episode_done(float(ep_ret[i]), int(ep_len[i]))
-                        ep_ret[i], ep_len[i] = 0.0, 0
-                    obs = next_obs
-                    for run in runs:
-                        run.phases["acting"] += t_env - t_act + clock() - t_host
-                        run.phases["env"] += t_host - t_env
-                self._update(obs, runs)
-                if self.stop_requested is not None:
-                    self.interrupt(runs, self.stop_requested)
-                signals.reinstall()  # MindSpore replaced the SIGINT handler during the graph calls
-        finally:
-            venv.close()
+        self.signals = signals
+        Rollouts(self.members, stacked=True, owner=self).loop(runs)
 
     def values_of(self, obs: np.ndarray) -> np.ndarray:
         """V(s) of (K * n) rows, member k's critic on its n rows: (K * n,)."""
         return self._value_fn(Tensor(obs.reshape(self.k, -1, obs.shape[-1]))).asnumpy().reshape(-1)
 
-    def _update(self, obs: np.ndarray, runs: List[RunContext]) -> None:
-        """GAE, one update phase for all members, then each member's logs, evaluation and checkpoint."""
-        t0 = time.perf_counter()
-        n = self.members[0].cfg.env.n_envs
-        for i, m in enumerate(self.members):
-            if m.obs_rms is not None:
-                m.obs_rms.update(self.buf.obs[:, i * n:(i + 1) * n])
-        self.buf.compute(self.values_of(obs), self.gammas, self.lambdas)
-        stats = self.train(self.buf)
-        for m in self.members:
-            m.sync_normalizer()  # new statistics take effect after the update, as in one run
-            m.iterations += 1
-        dt = time.perf_counter() - t0
-        for run, s in zip(runs, stats):
-            run.update_done(dt)
-            run.after_iteration(s)
+    def gae(self):
+        """GAE's gamma and lambda per buffer column (each member's own)."""
+        return self.gammas, self.lambdas
+
+    def train_members(self, buf) -> List[Dict[str, float]]:
+        return self.train(buf)
+
+    def after_update(self, runs: List[RunContext]) -> None:
+        if self.stop_requested is not None:
+            self.interrupt(runs, self.stop_requested)
+        self.signals.reinstall()  # MindSpore replaced the SIGINT handler during the graph calls
 
     def train(self, buf) -> List[Dict[str, float]]:
         """One update phase of every member (one graph call); returns each member's stats."""

@@ -159,7 +159,7 @@ class CategoricalClippedHead(nn.Cell):
     - d/dlogits = LogSoftmaxGrad(log_softmax, onehot(a) * that);
     - d/dvalues = (v - R) * (2 * vf_coef / n).
 
-    ``per_member``: a population's (members, rows) tensors (population_cells.StackedPPOLoss), means
+    ``per_member``: a population's (members, rows) tensors (PPOLoss on a MembersAgent), means
     over the rows, one vf_coef per member. Returns (loss, policy loss, value loss, entropy, approx
     KL, clip fraction) as ClippedObjective (per member: each of shape (members,)), then the tensors
     the backward reads."""

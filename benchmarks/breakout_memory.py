@@ -96,7 +96,7 @@ def main():
     import msrl_consistent
     import msrl_consistent.algorithms.on_policy as on_policy
     import msrl_consistent.algorithms.ppo as ppo_mod
-    import msrl_consistent.algorithms.run as run_mod
+    import msrl_consistent.run_context as run_mod
     from msrl_consistent import fastcall, registry
     from msrl_consistent.training import resolve
     mark("import msrl_consistent + algorithms")

@@ -113,7 +113,7 @@ def _train_population(args) -> int:
 
 
 def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
-    from msrl_consistent.algorithms.run import NonFiniteError, TrainingInterrupted
+    from msrl_consistent.run_context import NonFiniteError, TrainingInterrupted
 
     if not quiet:
         print(f"msrl: {message} -> {run_dir}")
@@ -177,7 +177,7 @@ def _resume_locked(args, run_dir: str) -> int:
 
 
 def _resume_population(args, run_dir: str) -> int:
-    from msrl_consistent.algorithms.population_jobs import run_groups
+    from msrl_consistent.populations.jobs import run_groups
 
     from .populations import population_groups, population_summary_done, resume_population
 
@@ -235,7 +235,7 @@ def _init_worker(cfg) -> None:
 
 
 def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
-    from msrl_consistent.algorithms.run import NonFiniteError, TrainingInterrupted
+    from msrl_consistent.run_context import NonFiniteError, TrainingInterrupted
 
     if not quiet:
         print(f"msrl: {message}")

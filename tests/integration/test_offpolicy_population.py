@@ -12,12 +12,12 @@ from mindspore import Tensor
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent import registry
 from msrl_consistent.algorithms.off_policy_loop import Rounds
-from msrl_consistent.algorithms.run import TrainingInterrupted
 from msrl_consistent.config import load_config
 from msrl_consistent.export.exporter import export_run
 from msrl_consistent.export.verify import verify_export
 from msrl_consistent.networks.agents import named_parameters
 from msrl_consistent.populations import member_dir, resume_population, train_population
+from msrl_consistent.run_context import TrainingInterrupted
 
 SMALL = {"sac": ["total_timesteps=400", "algo.learning_starts=100", "algo.batch_size=32", "policy.net_arch=[32,32]",
                  "algo.log_interval=100", "eval.freq=0", "eval.episodes=1"],

@@ -94,7 +94,7 @@ def test_population_is_reproducible_and_resumes_exactly(tmp_path):
     # single run's resume reseeds them)
     third = str(tmp_path / "c")
     cls = registry.get("ppo").population
-    from msrl_consistent.algorithms.run import TrainingInterrupted
+    from msrl_consistent.run_context import TrainingInterrupted
     original = cls.__init__
 
     def stop_at_once(self, *a, **k):
@@ -253,7 +253,10 @@ def test_jobs_trains_groups_in_processes_interrupts_and_resumes(tmp_path):
         if s == 2 and events[-1]["event"] == "finished":  # the one-member group may finish first on a busy machine
             continue
         assert events[-1]["event"] == "interrupted", events
-        steps[s] = int(os.path.basename(events[-1]["checkpoint"]).split("-")[1].split(".")[0])
+        step = int(os.path.basename(events[-1]["checkpoint"]).split("-")[1].split(".")[0])
+        if s == 2 and step >= 4000:  # ... or reach its last step and be stopped while finishing
+            continue
+        steps[s] = step
     assert steps[0] == steps[1] and 0 < min(steps.values()) and max(steps.values()) < 4000, steps
     assert not (stopped / "summary.json").exists()
     copy = tmp_path / "copy"

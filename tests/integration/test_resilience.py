@@ -15,10 +15,10 @@ from helpers import CONFIGS, copy_run_at_checkpoint, interrupt_when, train_run
 
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.algorithms import PPO
-from msrl_consistent.algorithms.run import NonFiniteError, RunContext
 from msrl_consistent.cli import main
 from msrl_consistent.config import load_config
 from msrl_consistent.export.exporter import export_run
+from msrl_consistent.run_context import NonFiniteError, RunContext
 
 SHORT = ["eval.freq=0", "eval.episodes=1", "env.n_envs=4", "algo.n_steps=64", "algo.batch_size=128",
          "algo.n_epochs=2"]

@@ -8,9 +8,9 @@ import shutil
 import pytest
 from helpers import CONFIGS, member_hashes, msrl
 
-from msrl_consistent.algorithms.run import RunContext, TrainingInterrupted
 from msrl_consistent.config import load_config
 from msrl_consistent.populations import member_dir, resume_population, train_population
+from msrl_consistent.run_context import RunContext, TrainingInterrupted
 
 SMALL = ["total_timesteps=512", "env.n_envs=4", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=2",
          "eval.episodes=2"]

@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from msrl_consistent.algorithms import population_jobs
-from msrl_consistent.algorithms.run import TrainingInterrupted
 from msrl_consistent.populations import GroupFailed
+from msrl_consistent.populations import jobs as population_jobs
+from msrl_consistent.run_context import TrainingInterrupted
 
 STAND_IN = """
 import os, signal, sys, time

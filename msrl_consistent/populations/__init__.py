@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from .config import Config, ConfigError, dump_config, load_config, to_dict
+from ..config import Config, ConfigError, dump_config, load_config, to_dict
 
 POPULATION_FILE = "population.json"
 
@@ -155,8 +155,8 @@ def population_class(cfg: Config, seeds: Sequence[int], workers: int = 1, sweep:
     """The algorithm's population class, after refusing what it cannot train (ConfigError): its
     stacked population, or where that cannot train the config (the class's ``refusal``) or the
     ``sweep`` (``--sweep`` specs or keys) varies a key the stacked members share, the members one
-    after another (algorithms/population_base.SequentialPopulation, whose ``reason`` says why)."""
-    from . import registry
+    after another (populations.base.SequentialPopulation, whose ``reason`` says why)."""
+    from .. import registry
     check_seeds(seeds)
     if workers > 1:
         raise ConfigError(f"--seeds with --workers {workers}: a population is not data-parallel; use one or the "
@@ -194,10 +194,10 @@ def train_population(cfg: Config, seeds: Sequence[int], run_dir: Optional[str] =
     """Train one member per seed of ``cfg`` (and per setting of the ``sweep`` grid, as
     ``--sweep``) into ``run_dir`` (new or empty): in one process, or with ``jobs`` > 1 in that
     many processes of contiguous groups of members (the population class's ``run_groups``,
-    PPO's: algorithms/population_jobs.py); returns the population
+    PPO's: populations/jobs.py); returns the population
     summary."""
-    from .checkpoint import atomic_write_text
-    from .runlock import new_run_dir
+    from ..checkpoint import atomic_write_text
+    from ..runlock import new_run_dir
 
     cls = population_class(cfg, seeds, sweep=sweep)
     axes = parse_sweep(sweep, cls.sweepable)
@@ -282,7 +282,7 @@ def population_summary(run_dir: str, run_dirs: Sequence[str], seeds: Sequence[in
                        wall: float, write: bool = True, groups: Optional[List[List[int]]] = None) -> dict:
     """The population's summary (its members' summaries by directory name, their seeds, the wall
     time, the groups of a ``--jobs`` population), written to ``run_dir``/summary.json when ``write``."""
-    from .checkpoint import atomic_write_text
+    from ..checkpoint import atomic_write_text
     summary: Dict[str, Any] = {"population": [os.path.basename(d) for d in run_dirs], "seeds": list(seeds),
                                "wall_time_s": round(wall, 3)}
     if groups is not None:

@@ -28,7 +28,6 @@ import sys
 import time
 from typing import Dict, List, Sequence
 
-from msrl_consistent.algorithms.run import NonFiniteError, TrainingInterrupted
 from msrl_consistent.config import ConfigError
 from msrl_consistent.populations import (
     GroupFailed,
@@ -39,6 +38,7 @@ from msrl_consistent.populations import (
     population_summary,
     read_population,
 )
+from msrl_consistent.run_context import NonFiniteError, TrainingInterrupted
 
 GROUP_THREADS = 1
 """MindSpore kernel threads per group process: J single-threaded processes on J cores."""
@@ -124,7 +124,7 @@ watch_sigint()  # before MindSpore starts its threads (signals.py)
 core = int(sys.argv[sys.argv.index("--core") + 1])
 if core >= 0:
     os.sched_setaffinity(0, {core})  # MindSpore's threads, started later, inherit it
-from msrl_consistent.algorithms.population_jobs import group_main
+from msrl_consistent.populations.jobs import group_main
 sys.exit(group_main(sys.argv[1:]))
 """
 """A group's process (``python -c GROUP_PROCESS RUN_DIR GROUP --core C [--resume] [--progress]

@@ -15,10 +15,10 @@ from typing import List, Optional
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent import runlock
 from msrl_consistent.populations import population_summary
+from msrl_consistent.run_context import RunContext, TrainingInterrupted
 from msrl_consistent.signals import StopOnSignals
 
-from .population_jobs import run_groups
-from .run import RunContext, TrainingInterrupted
+from .jobs import run_groups
 
 
 class Population:
@@ -28,7 +28,7 @@ class Population:
 
     def __init__(self, members: List, run_dirs: List[str], run_dir: str, whole: bool = True):
         """``whole`` False: these members are one group of the population in ``run_dir``, trained in
-        a process of their own (population_jobs.py), whose parent holds the population directory and
+        a process of their own (populations.jobs), whose parent holds the population directory and
         writes its summary."""
         self.members, self.run_dirs, self.run_dir, self.whole = members, run_dirs, run_dir, whole
         self.k = len(members)
