@@ -37,7 +37,8 @@ class RankMean(nn.Cell):
 
     The tuple travels as one flat vector through one AllReduce (sum, then times 1/world, as
     ``nn.DistributedGradReducer`` computes the mean): a collective's fixed cost on CPU is far
-    above its arithmetic at these sizes, and one per tensor made a small SAC step ~10x slower."""
+    above its arithmetic at these sizes: one per tensor made a small SAC step several times slower
+    (docs/benchmarks.md)."""
 
     def __init__(self, parameters, world: int):
         super().__init__()

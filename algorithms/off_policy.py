@@ -124,8 +124,8 @@ class OffPolicyAlgorithm(Algorithm):
     keep one process's gradient steps per environment step.
 
     Checkpoints include the replay buffer only with ``algo.save_replay_buffer`` (exact
-    resume); by default it is left out: 1M HalfCheetah transitions are ~100-190 MB per
-    checkpoint. A run resumed without its buffer collects ``learning_starts`` random steps
+    resume); by default it is left out: a million transitions make every checkpoint large
+    (docs/benchmarks.md gives HalfCheetah's size). A run resumed without its buffer collects ``learning_starts`` random steps
     again before updating.
     """
 

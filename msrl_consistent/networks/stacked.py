@@ -27,8 +27,8 @@ def stack_parameter(params: Sequence[Parameter], name: str) -> Parameter:
 
 class StackedBias(nn.Cell):
     """``x (K, B, out) + b (K, out)``, whose bias gradient is one BatchMatMul ``ones (K, 1, B) @
-    dout``: the broadcast add's own gradient (a ReduceSum over the batch axis) took ~250 us per
-    hidden layer at K = 5, B = 256 on this CPU, the BatchMatMul a fraction of it."""
+    dout``: the broadcast add's own gradient (a ReduceSum over the batch axis) cost several times
+    the BatchMatMul on this CPU (docs/benchmarks.md, populations)."""
 
     def __init__(self):
         super().__init__()
