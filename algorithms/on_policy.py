@@ -11,7 +11,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
-from msrl_consistent.buffers import RolloutBuffer
+from msrl_consistent.buffers import RolloutBuffer, SequenceBuffer
 from msrl_consistent.deploy import FrameStack
 from msrl_consistent.distributions import Distribution
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
@@ -20,7 +20,6 @@ from msrl_consistent.normalization import RewardNormalizer
 from msrl_consistent.run_context import RunContext
 
 from .algorithm import Algorithm
-from .recurrent import Carry, SequenceBuffer
 
 
 class PackedRollout(nn.Cell):
@@ -71,7 +70,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     state_dim: int = 0
     """> 0: the policy is recurrent; the rollout cell takes (obs, state, episode_start, noise) and its
-    fifth output is the next state of this width (recurrent.py: Carry, SequenceBuffer)."""
+    fifth output is the next state of this width (:class:`Carry`, buffers.SequenceBuffer)."""
     seq_len: int = 0
     """A recurrent policy's update sequence length (steps per sequence the SequenceBuffer cuts; 0:
     the whole rollout)."""
@@ -136,7 +135,7 @@ class Rollouts:
     seeded as its own run seeds them); ``stacked``: the graphs take them with a leading member
     axis. ``owner`` (the run's algorithm, or the population) holds the graphs (``_rollout_fn``,
     ``_value_fn``, ``values_of``) and the hooks ``gae``, ``train_members`` and ``after_update``.
-    A recurrent policy (the run's ``state_dim``) carries its state through recurrent.Carry and a
+    A recurrent policy (the run's ``state_dim``) carries its state through :class:`Carry` and a
     frame stack is kept as deployed (deploy.FrameStack); populations refuse both."""
 
     def __init__(self, members: List, stacked: bool, owner):
@@ -234,3 +233,42 @@ class Rollouts:
                 owner.after_update(runs)
         finally:
             venv.close()
+
+
+class Carry:
+    """The host side of the rollout's recurrent state: per env the state row and the
+    episode_start flag the next step's cells take. A training run's envs start new episodes
+    when (re)seeded, so the state starts at zero with every flag at 1 (sb3-contrib's start)."""
+
+    def __init__(self, n_envs: int, state_dim: int):
+        self.state = np.zeros((n_envs, state_dim), np.float32)
+        self.starts = np.ones(n_envs, np.float32)
+        self.next_state = self.state
+
+    def begin(self, buf: SequenceBuffer) -> None:
+        buf.state0[0] = self.state
+
+    def inputs(self, obs: np.ndarray, noise: np.ndarray) -> tuple:
+        return Tensor(obs), Tensor(self.state), Tensor(self.starts), Tensor(noise)
+
+    def acted(self, buf: SequenceBuffer, t: int, next_state: np.ndarray) -> None:
+        """After the rollout call of step t: its flags into the buffer (and, where a sequence
+        starts, the state the step was given), the next state kept."""
+        buf.episode_starts[t] = self.starts
+        if t % buf.seq_len == 0:
+            buf.state0[t // buf.seq_len] = self.state
+        self.next_state = np.ascontiguousarray(next_state, np.float32)
+
+    def final_values(self, value_fn, real_next: np.ndarray) -> np.ndarray:
+        """V of the true final observations with the state that led to them (no reset)."""
+        zeros = np.zeros_like(self.starts)
+        return value_fn(Tensor(real_next), Tensor(self.next_state), Tensor(zeros)).asnumpy()
+
+    def stepped(self, done: np.ndarray) -> None:
+        """After the env step: the next state is current; ended envs start an episode next step."""
+        self.state = self.next_state
+        self.starts = done.astype(np.float32)
+
+    def values(self, value_fn, obs: np.ndarray) -> np.ndarray:
+        """V of the current observations (the rollout's bootstrap), the reset rule applied."""
+        return value_fn(Tensor(obs), Tensor(self.state), Tensor(self.starts)).asnumpy()

@@ -21,7 +21,7 @@ os.environ.setdefault("GLOG_v", "3")
 
 
 def build(config, k):
-    from msrl_consistent.algorithms.population import PPOPopulation
+    from msrl_consistent.algorithms.ppo.population import PPOPopulation
     from msrl_consistent.config import load_config
     from msrl_consistent.registry import get
 
@@ -34,7 +34,7 @@ def inputs(pop, rng):
     import numpy as np
     from mindspore import Tensor
 
-    from msrl_consistent.algorithms.ppo_update import minibatch_indices
+    from msrl_consistent.algorithms.ppo.update import minibatch_indices
 
     m = pop.members[0]
     c, spec, k, n = pop.c, m.spec, pop.k, pop.rollout

@@ -246,3 +246,29 @@ class ReplayBuffer:
             if not self.ended[newest + i]:
                 self.final_obs[newest + i] = np.array(self.pending_next[i], np.float32)
                 self.ended[newest + i] = True
+
+
+class SequenceBuffer(RolloutBuffer):
+    """The rollout buffer of a recurrent policy: also each step's episode_start flags and every
+    env's state at the first step of each sequence (every ``seq_len`` steps: the rollout's start
+    when seq_len is n_steps); ``sequences`` gives the arrays sequence-major."""
+
+    def __init__(self, n_steps: int, n_envs: int, obs_dim: int, act_shape: tuple, discrete: bool, obs_dtype,
+                 state_dim: int, seq_len: int = 0):
+        super().__init__(n_steps, n_envs, obs_dim, act_shape, discrete, obs_dtype)
+        self.seq_len = seq_len or n_steps
+        self.episode_starts = np.zeros((n_steps, n_envs), np.float32)
+        self.state0 = np.zeros((n_steps // self.seq_len, n_envs, state_dim), np.float32)
+
+    def sequences(self) -> dict:
+        """``by_step`` and the episode starts as (sequences, seq_len, ...), env-major (env 0's
+        sequences first, in time order), and each sequence's initial state (sequences, state_dim)."""
+        arrays = dict(self.by_step(), episode_starts=self.episode_starts)
+        k, n_envs = self.state0.shape[0], self.state0.shape[1]
+
+        def cut(a):  # (k * L, n_envs, ...) -> (n_envs * k, L, ...)
+            a = a.reshape((k, self.seq_len, n_envs) + a.shape[2:])
+            return np.ascontiguousarray(np.moveaxis(a, 2, 0)).reshape((n_envs * k, self.seq_len) + a.shape[3:])
+        out = {key: cut(a) for key, a in arrays.items()}
+        out["state0"] = np.ascontiguousarray(np.swapaxes(self.state0, 0, 1)).reshape(n_envs * k, -1)
+        return out

@@ -4,7 +4,7 @@ with optional gSDE features, a shared trunk or LSTM cores (the recurrent policy)
 
 The exported policy is ``policy_cell()``; the rollout and update graphs read the agent through
 ``features`` (what the heads read), ``value``, ``dist_params`` and ``distribution``, the same
-interface a population's stacked agent offers (algorithms/population_cells.MembersAgent).
+interface a population's stacked agent offers (algorithms/ppo/members.MembersAgent).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class ActorCriticAgent(Agent):
         out = spec.logits_dim
         self.recurrent = bool(pc.recurrent)
         self.obs_encoder = None
-        if self.recurrent:  # the encoder, then an actor and a critic LSTM, then the networks (recurrent.py)
+        if self.recurrent:  # the encoder, then an actor and a critic LSTM, then the networks (ppo/recurrent.py)
             check_recurrent(cfg, spec)
             self.lstm_actor = LSTM(rng, obs_dim, pc.lstm_hidden_size)
             self.lstm_critic = LSTM(rng, obs_dim, pc.lstm_hidden_size)

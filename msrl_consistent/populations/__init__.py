@@ -6,7 +6,7 @@ A population directory holds ``population.json`` (the members and their seeds),
 ``seed<S>/`` (one ordinary run directory per member: config.yaml with that seed, metrics,
 checkpoints, summary.json) and, once finished, ``summary.json`` (the members' summaries and
 the population's wall time). The training itself is the algorithm's ``population`` class
-(PPO's: algorithms/population.py); this module creates, reads and resumes the directories.
+(PPO's: algorithms/ppo/population.py); this module creates, reads and resumes the directories.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from helpers import CONFIGS, msrl, train_run
 from mindspore import Tensor
 
 from msrl_consistent import registry
-from msrl_consistent.algorithms.recurrent import RecurrentPPOLoss
+from msrl_consistent.algorithms.ppo.recurrent import RecurrentPPOLoss
 from msrl_consistent.config import ConfigError, load_config
 from msrl_consistent.networks.lstm import LSTM
 from msrl_consistent.runtime import load_policy

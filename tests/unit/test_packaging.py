@@ -29,7 +29,8 @@ def test_wheel_contains_the_shipped_configs(tmp_path):
     assert len(expected) >= 7
     assert expected <= names, sorted(expected - names)
     assert "msrl_consistent/configs/__init__.py" in names
-    assert {"msrl_consistent/algorithms/ppo.py", "msrl_consistent/export/exporter.py", "msrl_consistent/plot.py"} <= names
+    assert {"msrl_consistent/algorithms/ppo/__init__.py", "msrl_consistent/algorithms/ppo/update.py",
+            "msrl_consistent/populations/base.py", "msrl_consistent/export/exporter.py", "msrl_consistent/plot.py"} <= names
     assert "msrl_consistent/native/lite_shim.cc" in names  # `msrl lite install` compiles it on the user's machine
     sources = {os.path.relpath(os.path.join(d, f), ROOT) for top in ("msrl_consistent", "algorithms", "export")
                for d, _, fs in os.walk(os.path.join(ROOT, top)) for f in fs if f.endswith(".py")}

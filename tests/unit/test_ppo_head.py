@@ -64,8 +64,8 @@ def test_head_not_used_with_entropy_bonus_or_value_clipping_or_continuous_action
 def test_population_head_equals_its_autodiff_bitwise(n):
     """The one PPOLoss on a population's MembersAgent (members on a leading axis, one vf_coef
     each) with the head against the same loss through autodiff."""
-    from msrl_consistent.algorithms.population_cells import MembersAgent
-    from msrl_consistent.algorithms.ppo_update import MembersTotal
+    from msrl_consistent.algorithms.ppo.members import MembersAgent
+    from msrl_consistent.algorithms.ppo.update import MembersTotal
 
     cfg = load_config("ppo/CartPole-v1", ["log.tensorboard=false"])
     algos = [registry.get("ppo")(load_config("ppo/CartPole-v1", [f"seed={s}", "log.tensorboard=false"]))

@@ -1,6 +1,6 @@
 """Recurrent PPO (``policy.recurrent``): the acting and value cells with the LSTM state as inputs
-and outputs, the loss over whole sequences with backpropagation through time, and the host
-side of the state (:class:`Carry`, :class:`SequenceBuffer`).
+and outputs, the loss over whole sequences with backpropagation through time (the host side of
+the state is on_policy.Carry, its buffer buffers.SequenceBuffer).
 
 The state convention is sb3-contrib's: ``episode_start`` is 1.0 on the first step of an episode
 and the cells zero the incoming state there (networks/lstm.py). The rollout keeps, per env, the
@@ -19,14 +19,12 @@ the same computation: every env's whole rollout, the state reset at episode star
 """
 from __future__ import annotations
 
-import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import nn, ops
 
-from msrl_consistent.buffers import RolloutBuffer
 from msrl_consistent.config import ConfigError
 from msrl_consistent.networks.lstm import LSTM
 
-from .ppo_update import ClippedObjective
+from .update import ClippedObjective
 
 
 def split_state(state, n: int):
@@ -121,7 +119,7 @@ class PairedUnroll(nn.Cell):
 class RecurrentPPOLoss(nn.Cell):
     """PPO's loss over minibatches of env sequences: the rollout arrays as (B, T, ...), the
     episode starts (B, T) and the state at the rollout's start (B, 4n); the clipped objective,
-    value loss and statistics are PPO's (ppo_update.ClippedObjective) on the flattened steps."""
+    value loss and statistics are PPO's (update.ClippedObjective) on the flattened steps."""
 
     def __init__(self, agent, c, steps: int):
         super().__init__()
@@ -173,68 +171,3 @@ def sequence_minibatch(cfg) -> int:
         raise ConfigError(f"key 'algo.batch_size' has value {c.batch_size}; a recurrent policy trains on {what}: "
                           f"one of {valid}")
     return c.batch_size // seq
-
-
-class SequenceBuffer(RolloutBuffer):
-    """The rollout buffer of a recurrent policy: also each step's episode_start flags and every
-    env's state at the first step of each sequence (every ``seq_len`` steps: the rollout's start
-    when seq_len is n_steps); ``sequences`` gives the arrays sequence-major."""
-
-    def __init__(self, n_steps: int, n_envs: int, obs_dim: int, act_shape: tuple, discrete: bool, obs_dtype,
-                 state_dim: int, seq_len: int = 0):
-        super().__init__(n_steps, n_envs, obs_dim, act_shape, discrete, obs_dtype)
-        self.seq_len = seq_len or n_steps
-        self.episode_starts = np.zeros((n_steps, n_envs), np.float32)
-        self.state0 = np.zeros((n_steps // self.seq_len, n_envs, state_dim), np.float32)
-
-    def sequences(self) -> dict:
-        """``by_step`` and the episode starts as (sequences, seq_len, ...), env-major (env 0's
-        sequences first, in time order), and each sequence's initial state (sequences, state_dim)."""
-        arrays = dict(self.by_step(), episode_starts=self.episode_starts)
-        k, n_envs = self.state0.shape[0], self.state0.shape[1]
-
-        def cut(a):  # (k * L, n_envs, ...) -> (n_envs * k, L, ...)
-            a = a.reshape((k, self.seq_len, n_envs) + a.shape[2:])
-            return np.ascontiguousarray(np.moveaxis(a, 2, 0)).reshape((n_envs * k, self.seq_len) + a.shape[3:])
-        out = {key: cut(a) for key, a in arrays.items()}
-        out["state0"] = np.ascontiguousarray(np.swapaxes(self.state0, 0, 1)).reshape(n_envs * k, -1)
-        return out
-
-
-class Carry:
-    """The host side of the rollout's recurrent state: per env the state row and the
-    episode_start flag the next step's cells take. A training run's envs start new episodes
-    when (re)seeded, so the state starts at zero with every flag at 1 (sb3-contrib's start)."""
-
-    def __init__(self, n_envs: int, state_dim: int):
-        self.state = np.zeros((n_envs, state_dim), np.float32)
-        self.starts = np.ones(n_envs, np.float32)
-        self.next_state = self.state
-
-    def begin(self, buf: SequenceBuffer) -> None:
-        buf.state0[0] = self.state
-
-    def inputs(self, obs: np.ndarray, noise: np.ndarray) -> tuple:
-        return Tensor(obs), Tensor(self.state), Tensor(self.starts), Tensor(noise)
-
-    def acted(self, buf: SequenceBuffer, t: int, next_state: np.ndarray) -> None:
-        """After the rollout call of step t: its flags into the buffer (and, where a sequence
-        starts, the state the step was given), the next state kept."""
-        buf.episode_starts[t] = self.starts
-        if t % buf.seq_len == 0:
-            buf.state0[t // buf.seq_len] = self.state
-        self.next_state = np.ascontiguousarray(next_state, np.float32)
-
-    def final_values(self, value_fn, real_next: np.ndarray) -> np.ndarray:
-        """V of the true final observations with the state that led to them (no reset)."""
-        zeros = np.zeros_like(self.starts)
-        return value_fn(Tensor(real_next), Tensor(self.next_state), Tensor(zeros)).asnumpy()
-
-    def stepped(self, done: np.ndarray) -> None:
-        """After the env step: the next state is current; ended envs start an episode next step."""
-        self.state = self.next_state
-        self.starts = done.astype(np.float32)
-
-    def values(self, value_fn, obs: np.ndarray) -> np.ndarray:
-        """V of the current observations (the rollout's bootstrap), the reset rule applied."""
-        return value_fn(Tensor(obs), Tensor(self.state), Tensor(self.starts)).asnumpy()

@@ -14,7 +14,7 @@ from mindspore.ops.operations._grad_ops import LogSoftmaxGrad
 from msrl_consistent.distributions import rows_mean
 from msrl_consistent.networks.stacked import WriteBack
 
-from .cells import GradNormClip, RankMean
+from ..cells import GradNormClip, RankMean
 
 
 class PPOTrainStep(nn.Cell):

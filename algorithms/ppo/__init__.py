@@ -1,11 +1,12 @@
 """Proximal Policy Optimization (Schulman et al. 2017), clipped surrogate, GAE(lambda).
 
-Reads top to bottom: config, rollout cells, loss (PPOLoss, with ppo_update.ClippedObjective),
-and ``train`` (epochs x minibatches over one rollout); the compiled update step and phase are in
-ppo_update.py, the recurrent policy's cells in recurrent.py. The agent is
-networks/actor_critic.py's; the loop, buffer and policy cell are shared (on_policy.py,
-buffers.py, msrl_consistent/networks/). The same loss, step and phase train a population's
-members on a leading member axis (population.py). Defaults follow Stable-Baselines3; the
+Reads top to bottom: config, rollout cells, loss (PPOLoss, with update.ClippedObjective),
+and ``train`` (epochs x minibatches over one rollout). Beside it in this package: the compiled
+update step and phase (update.py), the recurrent policy's cells (recurrent.py) and the
+population's graphs (population.py, members.py). The agent is networks/actor_critic.py's; the
+loop, buffer and policy cell are shared (algorithms/on_policy.py, buffers.py,
+msrl_consistent/networks/). The same loss, step, phase and loop train a population's members
+on a leading member axis. Defaults follow Stable-Baselines3; the
 configs under configs/ppo/ follow RL-Zoo's tuned hyperparameters.
 """
 from __future__ import annotations
@@ -24,10 +25,17 @@ from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks.actor_critic import ActorCriticAgent
 from msrl_consistent.optim import Adam
 
-from .algorithm import register, schedule_value
-from .on_policy import OnPolicyAlgorithm
+from ..algorithm import register, schedule_value
+from ..on_policy import OnPolicyAlgorithm
 from .population import PPOPopulation
-from .ppo_update import (
+from .recurrent import (
+    RecurrentPPOLoss,
+    RecurrentRollout,
+    RecurrentValue,
+    sequence_length,
+    sequence_minibatch,
+)
+from .update import (
     STAT_NAMES,
     CategoricalClippedHead,
     ClippedObjective,
@@ -37,13 +45,6 @@ from .ppo_update import (
     kl_threshold,
     minibatch_indices,
     power_of_two,
-)
-from .recurrent import (
-    RecurrentPPOLoss,
-    RecurrentRollout,
-    RecurrentValue,
-    sequence_length,
-    sequence_minibatch,
 )
 
 DATA_KEYS = ("obs", "actions", "log_probs", "advantages", "returns", "values")
@@ -152,8 +153,8 @@ class ValueCell(nn.Cell):
 
 class PPOLoss(nn.Cell):
     """The whole PPO loss; returns (loss, policy loss, value loss, entropy, approx KL, clip fraction):
-    one forward pass for both heads, then ppo_update.ClippedObjective. ``agent`` is one run's
-    ActorCriticAgent or a population's (population_cells.MembersAgent: the same interface, its
+    one forward pass for both heads, then update.ClippedObjective. ``agent`` is one run's
+    ActorCriticAgent or a population's (members.MembersAgent: the same interface, its
     networks and arrays with a leading member axis, every output one per member); ``coefs`` the
     population's per-member ent_coef and vf_coef."""
 

@@ -4,7 +4,7 @@ graph call per vector step and one update-phase graph call per rollout for all K
 Each member is an ordinary PPO run: its own config (its seed), run directory, environments,
 Generator stream, normalization statistics, optimizer state, logs, evaluations and
 checkpoints, so ``msrl eval / export / verify / plot / train --resume`` use a member as any run.
-What the members share is the graph calls (population_cells.py): the members' own rollout
+What the members share is the graph calls (members.py): the members' own rollout
 cells side by side (a member acts exactly as its exported policy cell computes), and an update
 phase over stacked copies of their Parameters (BatchMatMul), whose rounding differs from one
 member trained alone in the last bits; docs/populations.md says how much.
@@ -27,10 +27,10 @@ from msrl_consistent.populations.base import Population
 from msrl_consistent.populations.stacked_optim import load_stacked_state, stacked_optimizer, store_member_state
 from msrl_consistent.run_context import RunContext
 
-from .algorithm import schedule_value
-from .on_policy import PackedRollout, Rollouts
-from .population_cells import MembersAgent, PopulationRollout, PopulationValue, supported_distribution
-from .ppo_update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, explained_variance, minibatch_indices
+from ..algorithm import schedule_value
+from ..on_policy import PackedRollout, Rollouts
+from .members import MembersAgent, PopulationRollout, PopulationValue, supported_distribution
+from .update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, explained_variance, minibatch_indices
 
 
 class PPOPopulation(Population):

@@ -1,6 +1,6 @@
 """The graphs of a PPO population: K members' networks stacked on a leading axis for the update
 phase (one BatchMatMul per layer for all K; the loss, step and phase are one run's, ppo.PPOLoss
-and ppo_update's, on a MembersAgent), and the members' own rollout and value cells side by side
+and update.py's, on a MembersAgent), and the members' own rollout and value cells side by side
 in one acting graph.
 
 Acting runs each member's ordinary cells (the MatMul of the exported policy cell), so the
