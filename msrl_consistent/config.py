@@ -9,7 +9,6 @@ A config file looks like::
     policy: {net_arch: [64, 64], activation: tanh}
     algo: {learning_rate: 1.0e-3, n_steps: 32, ...}   # the algorithm's own dataclass
     eval: {freq: 10000, episodes: 10}
-    checkpoint: {freq: 0, keep: 3}
 
 Every field is declared once, with a one-line docstring (a string literal under the field),
 which ``msrl`` prints in its config reference. Nothing is evaluated as Python.
@@ -42,9 +41,7 @@ SIZES_OR_EMPTY: Check = (lambda v: all(x > 0 for x in v), "a list of positive si
 RESIZE: Check = (lambda v: len(v) == 2 and all(x > 0 for x in v), "[height, width], two positive sizes")
 
 
-# --------------------------------------------------------------------------------------
-# Sections shared by every algorithm
-# --------------------------------------------------------------------------------------
+# Sections shared by every algorithm --------------------------------------------------------
 @dataclass
 class EnvConfig:
     id: str = "CartPole-v1"
@@ -163,9 +160,7 @@ class Config:
     checks: ClassVar[Dict[str, Check]] = {"total_timesteps": POSITIVE, "seed": NON_NEGATIVE}
 
 
-# --------------------------------------------------------------------------------------
-# Typed conversion
-# --------------------------------------------------------------------------------------
+# Typed conversion ------------------------------------------------------------------------------------
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -296,9 +291,7 @@ def validate_values(obj: Any, where: str, prefix: str = "") -> None:
             raise ConfigError(f"{where}: key '{full}' has value {value!r}, expected {expect}")
 
 
-# --------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------
+# Loading ---------------------------------------------------------------------------------------------
 SHIPPED_PACKAGE = "msrl_consistent.configs"
 """The tuned configs ship as package data: ``<algorithm>/<env id>.yaml`` in this package."""
 
