@@ -113,7 +113,7 @@ def _train_population(args) -> int:
 
 
 def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
-    from msrl_consistent.run_context import NonFiniteError, TrainingInterrupted
+    from msrl_consistent.run_context import TrainingInterrupted, TrainingStopped
 
     if not quiet:
         print(f"msrl: {message} -> {run_dir}")
@@ -127,9 +127,9 @@ def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
         print(f"msrl: interrupted (signal {exc.signum}); every member checkpointed; continue with: "
               f"msrl train --resume {run_dir}", file=sys.stderr)
         return exc.exit_code
-    except NonFiniteError as exc:
+    except TrainingStopped as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     if not quiet:
         for name, s in summary["members"].items():
             ev = s["final_eval"]
@@ -235,7 +235,7 @@ def _init_worker(cfg) -> None:
 
 
 def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
-    from msrl_consistent.run_context import NonFiniteError, TrainingInterrupted
+    from msrl_consistent.run_context import TrainingInterrupted, TrainingStopped
 
     if not quiet:
         print(f"msrl: {message}")
@@ -247,9 +247,9 @@ def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
         # a data-parallel worker exits 0 (msrun would SIGKILL the others on a non-zero exit);
         # its launcher, which forwarded the signal, exits 128 + the signal
         return 0 if algo.dist.enabled else exc.exit_code
-    except NonFiniteError as exc:
+    except TrainingStopped as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     if not quiet and "final_eval" in summary:
         ev = summary["final_eval"]
         print(f"msrl: done in {summary['wall_time_s']:.1f}s ({summary['steps_per_second']:.0f} steps/s); "

@@ -29,7 +29,8 @@ from .config import ConfigError
 from .optional import PLOT_INSTALL, require
 
 METRICS = {"eval": ("eval", "mean_return", "evaluation mean return (deterministic policy)"),
-           "train": ("train", "recent_mean_return", "training mean return (recent episodes)")}
+           "train": ("train", "recent_mean_return", "training mean return (recent episodes)"),
+           "mismatch": ("train", "mismatch_max", "rollout/update mismatch (max |delta|)")}
 XAXES = {"steps": ("step", "environment steps"), "time": ("time", "wall time (s)")}
 GRID_POINTS = 200
 
