@@ -26,6 +26,7 @@ from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import compare_actions, default_atol, golden_check
 from msrl_consistent.deploy.sequences import run_sequences
+from msrl_consistent.directories import EXPORT, expect
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.export.exact import describe, float64_reference
 from msrl_consistent.runtime import TrainCellPolicy, load_policy
@@ -82,6 +83,7 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
                   atol: Optional[float] = None, write_report: bool = True, **backend_kwargs) -> dict:
     """Run every check; returns the report (``report["passed"]``). Raises IntegrityError /
     ConfigError for exit-2 conditions."""
+    expect(export_dir, EXPORT)
     if backend == "train":
         raise ConfigError("verify compares an export's backend with the training cell; choose a backend of the export")
     # validates the directory once (deploy.open_export): names, hashes, golden set; then loads the backend

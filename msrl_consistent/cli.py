@@ -36,20 +36,13 @@ BACKEND_CHOICES = [*BACKENDS, *ALIASES]  # the deploy package's backend names an
 def cmd_eval(args) -> int:
     import numpy as np
 
+    from .directories import EXPORT, RUN, expect
     from .episodes import run_episodes
-    from .manifest import is_export_dir
     from .runtime import load_policy
 
     path = args.path
-    if not os.path.isdir(path):
-        raise UsageError(f"no such run or export directory: {path}")
-    if is_export_dir(path):
+    if expect(path, RUN, EXPORT) == EXPORT:
         backend = args.backend or "mindspore"
-    elif not os.path.isfile(os.path.join(path, "config.yaml")):
-        from .populations import not_a_member
-        not_a_member(path)
-        raise UsageError(f"{path} is neither a run directory (no config.yaml) nor an export directory "
-                         f"(no manifest.json)")
     else:
         if args.backend not in (None, "train"):
             raise UsageError(f"{path} is a run directory: only --backend train applies (got {args.backend!r})")

@@ -142,16 +142,12 @@ def manifest_path(export_dir: str) -> str:
     return os.path.join(export_dir, FILE_NAME)
 
 
-def is_export_dir(path: str) -> bool:
-    return os.path.isfile(manifest_path(path))
-
-
 def read_export(export_dir: str, hashes: bool = True, golden: bool = True) -> Tuple[Export, Manifest]:
     """Read manifest.json once, validate the export directory with it
     (:func:`msrl_consistent.deploy.open_export`: names, hashes, consistency, golden set) and build
     the typed Manifest from the same parsed JSON; every failure is an IntegrityError (exit 2)."""
-    if not os.path.isdir(export_dir) or not os.path.lexists(manifest_path(export_dir)):
-        raise ConfigError(f"{export_dir} is not an export directory (no {FILE_NAME})")
+    from .directories import EXPORT, expect
+    expect(export_dir, EXPORT)
     try:
         d = read_manifest_json(export_dir)
         export = open_export(export_dir, hashes=hashes, golden=golden, manifest=d)  # the one validation
