@@ -162,7 +162,7 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
     """
     policy: deploy.Policy
     exported = directories.expect(path, directories.RUN, directories.EXPORT) == directories.EXPORT
-    backend = backend or ("mindspore" if exported else "train")
+    backend = backend or (deploy.backends.REFERENCE if exported else "train")
     if guard and backend == "train":
         raise ConfigError("guard applies to export directories (a deployed artifact), not to the training cell")
     if not exported:

@@ -10,9 +10,9 @@ from typing import List, Optional
 
 import numpy as np
 
+from .backends import BACKENDS, default_atol
 from .compare import compare_actions
 from .errors import EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS, ExportError, _one_line
-from .names import BACKENDS
 from .policy import Policy, load
 from .reader import Export, open_export
 from .sequences import sequence_check
@@ -79,7 +79,7 @@ def check(directory: str, backend: Optional[str] = None, atol: Optional[float] =
     policy = load(directory, backend, target=target, device_id=device_id, precision_mode=precision_mode,
                   check_hashes=False)
     b = policy.backend
-    atol = export.default_atol(b) if atol is None else float(atol)
+    atol = default_atol(b, export.precision) if atol is None else float(atol)
     golden = golden_check(policy, export, atol)
     if export.state_size and export.precision != "fp16":
         what = "identical" if export.discrete else ("bit-identical" if atol == 0 else f"within atol {atol:g}")

@@ -13,11 +13,11 @@ import numpy as np
 
 from .errors import ExportError, _one_line
 from .fields import _bounds, _dict_parts, _Fields, _is_int, _short, _width, check_schema, plain_name
+from .formats import FORMAT_FILE
 from .frames import FrameStack, MaxAndSkip
 from .golden import read_golden, read_golden_arrays
 from .graph_io import graph_inputs, multi_input, obs_inputs, read_inputs_io
 from .names import (
-    FORMAT_FILE,
     MANIFEST,
     MAX_BATCH,
     MAX_DIM,
@@ -25,10 +25,7 @@ from .names import (
     MAX_GOLDEN,
     MAX_MANIFEST_BYTES,
     MAX_ROW_BYTES,
-    MODEL_FILES,
     SCHEMA_VERSION,
-    canonical_backend,
-    default_atol,
     memory_bytes,
 )
 from .recurrent import read_state_io
@@ -264,22 +261,6 @@ class Export:
     def dynamic(self) -> bool:
         return self.batch is None
 
-    def model_file(self, backend: str) -> str:
-        """The file ``backend`` runs: the first of its MODEL_FILES this export holds (else the first)."""
-        names = MODEL_FILES[backend]
-        return next((n for n in names if n in self.files), names[0])
-
-    def fixed_batch(self, backend: str) -> Optional[int]:
-        """The batch the backend's artifact must be called with (None: any)."""
-        if backend == "onnxruntime" or self.model_file(backend) == FORMAT_FILE["lite"]:  # Lite's converted actor.onnx
-            return self.onnx_batch
-        if backend == "om":
-            return self.golden_batch
-        return self.batch
-
-    def default_atol(self, backend: str) -> float:
-        return default_atol(backend, self.precision)
-
     def golden(self) -> Tuple[np.ndarray, np.ndarray]:
         """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
         return read_golden(self)
@@ -351,15 +332,7 @@ def open_export(directory: str, backend: Optional[str] = None, hashes: bool = Tr
     if golden:
         export.golden()
     if backend is not None:
-        require_model_file(export, canonical_backend(backend))
+        from .backends import get
+        get(backend).require(export)
     return export
 
-
-def require_model_file(export: Export, backend: str) -> None:
-    """The model file ``backend`` runs is in the export, or an ExportError naming it (exit 2)."""
-    name = export.model_file(backend)
-    if name not in export.files:
-        fmt = next(f for f, n in FORMAT_FILE.items() if n == name)
-        hint = f"; export again with --format {fmt}" if fmt != "om" else ""
-        raise ExportError(f"{name}: not in this export (formats: {', '.join(export.formats)}), needed by "
-                          f"backend {backend}{hint}")
