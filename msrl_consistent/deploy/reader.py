@@ -17,17 +17,7 @@ from .formats import FORMAT_FILE
 from .frames import FrameStack, MaxAndSkip
 from .golden import read_golden, read_golden_arrays
 from .graph_io import graph_inputs, multi_input, obs_inputs, read_inputs_io
-from .names import (
-    MANIFEST,
-    MAX_BATCH,
-    MAX_DIM,
-    MAX_FILES,
-    MAX_GOLDEN,
-    MAX_MANIFEST_BYTES,
-    MAX_ROW_BYTES,
-    SCHEMA_VERSION,
-    memory_bytes,
-)
+from .names import MANIFEST, MAX_BATCH, MAX_DIM, MAX_FILES, MAX_GOLDEN, MAX_MANIFEST_BYTES, MAX_ROW_BYTES, SCHEMA_VERSION, memory_bytes
 from .recurrent import read_state_io
 from .spaces import SpaceSpec
 
