@@ -219,7 +219,7 @@ def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = F
     calls over ``latency_budget_ms`` move every later call to the fallback. Counters: ``guard_stats()``.
     ``pin=True`` (Lite's CPU target): Lite's threads and the calling thread bound to one core, for good.
     """
-    export = open_export(directory, None, hashes=check_hashes, golden=False)
+    export = open_export(directory, hashes=check_hashes, golden=False)
     if backend is None:
         found = available_backends(export)
         if not found:

@@ -302,18 +302,14 @@ def read_manifest_json(directory: str) -> dict:
     return d
 
 
-def open_export(directory: str, backend: Optional[str] = None, hashes: bool = True, golden: bool = True,
-                manifest: Optional[dict] = None) -> Export:
+def open_export(directory: str, hashes: bool = True, golden: bool = True, manifest: Optional[dict] = None) -> Export:
     """Validate an export directory before anything runs: manifest fields and their consistency,
-    file names, presence and sha256, golden set headers; raises ExportError (exit 2). The
-    backend's model file must be listed; loading it is :func:`make_runner`'s job."""
+    file names, presence and sha256, golden set headers; raises ExportError (exit 2). Whether a
+    backend's model file is there and loads is :func:`~.backends.make_runner`'s job."""
     export = Export(directory, read_manifest_json(directory) if manifest is None else manifest)
     if hashes:
         export.check_hashes()
     if golden:
         export.golden()
-    if backend is not None:
-        from .backends import get
-        get(backend).require(export)
     return export
 
