@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .errors import BackendUnavailable, ExportError, _one_line
-from .formats import BY_NAME as FORMATS
+from .formats import BY_NAME as FORMAT_BY_NAME
 from .formats import format_of_file
 from .graph_io import ObsInput, split_rows, zero_inputs
 from .names import CROSS_RUNTIME_ATOL
@@ -251,7 +251,7 @@ class Backend:
 
     def model_file(self, export: "Export") -> str:
         """The file it runs: the first of its formats' files the export holds (else the first)."""
-        names = [FORMATS[f].file for f in self.formats]
+        names = [FORMAT_BY_NAME[f].file for f in self.formats]
         return next((n for n in names if n in export.files), names[0])
 
     def fixed_batch(self, export: "Export") -> Optional[int]:
