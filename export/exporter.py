@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
 
@@ -120,17 +120,15 @@ def golden_sequences(policy: TrainCellPolicy, lanes: int, steps: int, seed: int 
 
 
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),
-               precision: str = "fp32", batch="dynamic", golden: int = 1024, soc_version: Optional[str] = None,
-               precision_mode: Optional[str] = None, force: bool = False,
-               precision_sweep: bool = False, sweep_episodes: int = 10, lite_target: str = "cpu",
-               lite_precision_mode: Optional[str] = None, preflight_only: bool = False) -> mf.Manifest:
-    """Export a run's policy; returns the manifest. ``preflight_only``: with --format om, the ATC
-    pre-flight in place of ATC (no actor.om; the pre-flight's report in the manifest)."""
+               precision: str = "fp32", batch="dynamic", golden: int = 1024, force: bool = False,
+               precision_sweep: bool = False, sweep_episodes: int = 10, **options: Any) -> mf.Manifest:
+    """Export a run's policy; returns the manifest. ``options``: the converters' (writers.Options:
+    soc_version, precision_mode, lite_target, lite_precision_mode, preflight_only)."""
     if precision not in ("fp32", "fp16"):
         raise ConfigError(f"--precision {precision!r}: expected fp32 or fp16")
     if golden < 1:
         raise ConfigError(f"--golden {golden}: expected a positive number of observations")
-    opts = Options(soc_version, precision_mode, lite_target, lite_precision_mode, preflight_only)
+    opts = Options(**options)
     formats = plan(formats, opts)
     check_out_dir(out_dir, force)
     reference = TrainCellPolicy(run_dir, checkpoint)
