@@ -147,8 +147,8 @@ def _resume(args) -> int:
     from .populations import is_population
     if is_population(run_dir):
         return _resume_population(args, run_dir)
-    if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
-        raise ConfigError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+    from .directories import RUN, expect
+    expect(run_dir, RUN)
     with runlock.hold(run_dir):
         return _resume_locked(args, run_dir)
 

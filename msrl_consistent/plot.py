@@ -67,11 +67,12 @@ def read_curve(run_dir: str, metric: str = "eval", x: str = "steps") -> Curve:
     """One run's curve; ConfigError when ``run_dir`` is not a run directory or has no such rows."""
     kind, key = METRICS[metric][:2]
     xkey = XAXES[x][0]
-    cfg_path = os.path.join(run_dir, "config.yaml")
+    from .directories import CONFIG, RUN, expect
+    expect(run_dir, RUN)
+    cfg_path = os.path.join(run_dir, CONFIG)
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
-    for path in (cfg_path, metrics_path):
-        if not os.path.isfile(path):
-            raise ConfigError(f"{run_dir} is not a run directory (no {os.path.basename(path)})")
+    if not os.path.isfile(metrics_path):
+        raise ConfigError(f"{run_dir} is not a run directory (no metrics.jsonl)")
     with open(cfg_path, encoding="utf-8") as fh:
         cfg = yaml.safe_load(fh) or {}
     xs, ys = [], []
