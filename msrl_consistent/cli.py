@@ -313,9 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("--out", default="learning-curves.png", help="image file to write (default learning-curves.png)")
     pl.add_argument("--x", default="steps", choices=["steps", "time"], help="x axis: environment steps or wall time")
-    pl.add_argument("--metric", default="train", choices=["train", "eval"],
+    pl.add_argument("--metric", default="train", choices=["train", "eval", "mismatch"],
                     help="train (default): mean return of the recent training episodes, from the first rollout on; "
-                         "eval: the periodic evaluation's mean return (deterministic policy, every eval.freq steps)")
+                         "eval: the periodic evaluation's mean return (deterministic policy, every eval.freq steps); "
+                         "mismatch: the rollout/update mismatch at every update (docs/mismatch.md)")
     pl.add_argument("--title", help="plot title (default: the algorithms and environments)")
     pl.set_defaults(func=cmd_plot)
 

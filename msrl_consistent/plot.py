@@ -10,6 +10,8 @@ of the ``kind: train`` rows (mean return of the last ``log.window`` training epi
 per rollout or log interval, so the curve starts at the first update and shows learning);
 ``--metric eval`` plots the ``mean_return`` of the ``kind: eval`` rows (periodic evaluation with
 the deterministic policy every ``eval.freq`` steps, and the final one: few points, none at step 0).
+``--metric mismatch`` plots ``mismatch_max`` of the ``kind: train`` rows (the rollout/update
+mismatch, docs/mismatch.md).
 ``--x steps`` uses each row's ``step``; ``--x time`` its
 ``time`` (seconds since the logger started; a resumed run continues from its last time).
 

@@ -56,6 +56,9 @@ def test_planted_mismatch_is_reported_warned_and_stops_the_run(tmp_path, monkeyp
     assert all(r["mismatch_k3"] == pytest.approx(0.5e-6, rel=0.05) for r in train)  # exp(d) - 1 - d ~ d^2 / 2
     summary = json.load(open(os.path.join(warn, "summary.json")))
     assert summary["mismatch"]["max"] == pytest.approx(1e-3, rel=1e-3)
+    png = str(tmp_path / "mismatch.png")
+    assert main(["plot", warn, "--metric", "mismatch", "--out", png]) == 0 and os.path.getsize(png) > 0
+    assert "rollout/update mismatch" in capsys.readouterr().out
 
     stop = str(tmp_path / "stop")
     rc = main(["train", cfg, "--run-dir", stop, "--total-timesteps", "768", "--quiet", *sets,
