@@ -146,10 +146,12 @@ def entry_script(python: str = sys.executable, prefix: str = sys.prefix) -> str:
 
 def find_msrun() -> str:
     """The msrun of the running interpreter's installation (a venv's, even when it is not
-    activated), else the first on PATH."""
-    candidate = os.path.join(os.path.dirname(sys.executable), "msrun")
-    if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-        return candidate
+    activated; for a venv with ``--system-site-packages``, the base installation's, beside the
+    mindspore it imports), else the first on PATH."""
+    for bindir in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
+        candidate = os.path.join(bindir, "msrun")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
     exe = shutil.which("msrun")
     if exe is None:
         raise FileNotFoundError("msrun (installed with mindspore) is not on PATH")
