@@ -25,7 +25,7 @@ from msrl_consistent.deploy.recurrent import RecurrentState
 from msrl_consistent.determinism import configure_mindspore, params_sha256, seed_everything
 from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.envs import env_spec
-from msrl_consistent.episodes import run_episodes_batched
+from msrl_consistent.episodes import run_episodes
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks.agents import named_parameters
 from msrl_consistent.normalization import RunningMeanStd
@@ -102,7 +102,8 @@ class Algorithm:
         if self.agent.state_size:
             state = RecurrentState(self.agent.state_size)
             act, reset = (lambda obs: state.step(self._policy_step, np.asarray(obs, np.float32))), state.reset
-        res = run_episodes_batched(self.cfg.env, act, episodes, seed, self.spec.frame_stack, reset)
+        res = run_episodes(self.cfg.env, act, episodes, seed, side_by_side=True, frame_stack=self.spec.frame_stack,
+                           reset=reset)
         return res["returns"], res["lengths"]
 
     def _policy_step(self, x, h, c, episode_start):

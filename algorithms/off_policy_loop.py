@@ -14,7 +14,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
-from mindspore import Tensor
+from mindspore import Tensor, nn
 
 from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
@@ -36,6 +36,7 @@ class Rounds:
         self.k = len(members)
         self._fns: Dict[Tuple[str, bool], FastCall] = {}
         self._act_fn: Optional[FastCall] = None
+        self._nets: Optional[Tuple[List[FastCall], FastCall]] = None
 
     # -- graph calls -------------------------------------------------------------------------------
     def _join(self, rows: List[np.ndarray]) -> Tensor:
@@ -90,6 +91,31 @@ class Rounds:
             res["n_updates"] = m.n_updates
             out.append(res)
         return out, actions
+
+    # -- the rollout/update mismatch --------------------------------------------------------------------
+    def mismatch(self, max_acting_calls: int = 8) -> List[Optional[float]]:
+        """Each member's max |difference| between its policy network's outputs (SAC's pre-squash mean,
+        TD3's pre-squash action, DQN's Q-values) as acting computes them (its own cells, n_envs rows
+        per call) and as the update computes them (the update's batch shape; a population's stacked
+        networks), at the same parameters, on its replay buffer's newest observations (None: fewer
+        than a batch yet). Read-only: no Generator draw, no parameter change."""
+        members, m0 = self.members, self.members[0]
+        n, rows = m0.cfg.env.n_envs, m0.rank_batch_size
+        recent = [m.buffer.newest(rows) if m.buffer is not None else None for m in members]
+        if any(r is None for r in recent):
+            return [None] * len(members)
+        if self._nets is None:
+            own = [FastCall(PolicyNet(m.agent)) for m in members]
+            self._nets = (own, FastCall(PolicyNet(self.graphs.view)) if self.stacked else own[0])
+        own, update = self._nets
+        updated = update(self._join(recent)).asnumpy()
+        out = []
+        for k, obs in enumerate(recent):
+            calls = min(rows // n, max_acting_calls)
+            acting = np.concatenate([own[k](Tensor(obs[i * n:(i + 1) * n])).asnumpy() for i in range(calls)])
+            mine = updated[k] if self.stacked else updated
+            out.append(float(np.max(np.abs(acting - mine[:len(acting)]))))
+        return out
 
     # -- the loop ------------------------------------------------------------------------------------
     def loop(self, runs: List[RunContext]) -> None:  # noqa: C901 - SB3's collect/train/log cycle, kept in one place
@@ -171,10 +197,27 @@ class Rounds:
                         or (self.owner.stop_requested is not None and not m0.dist.enabled)
                         or (r0.next_eval is not None and step >= r0.next_eval)
                         or (r0.next_ckpt is not None and step >= r0.next_ckpt)):
+                    t0 = clock()
+                    for p, figure in zip(pending, self.mismatch()):
+                        if p and figure is not None:
+                            p[-1]["mismatch_max"] = figure
+                    for run in runs:  # the monitor's cost, in summary.json's phase_seconds
+                        run.phases["monitor"] = run.phases.get("monitor", 0.0) + clock() - t0
                     self.owner.log_point(runs, pending)
                     pending, last_log = [[] for _ in members], step
         finally:
             venv.close()
+
+
+class PolicyNet(nn.Cell):
+    """The agent's policy network on normalized observations (one run's, or a MembersView's)."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+
+    def construct(self, obs):
+        return self.agent.actor(self.agent.normalizer(obs))
 
 
 def mean_stats(rounds: List[Dict[str, float]]) -> Dict[str, float]:

@@ -26,13 +26,15 @@ import numpy as np
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import default_atol, file_sha256
+from msrl_consistent.deploy.backends import HOST
 from msrl_consistent.deploy.sequences import state_errors
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.manifest import IntegrityError, read_manifest
 from msrl_consistent.recording import read_trace
 from msrl_consistent.runtime import load_policy
 
-AGAINST = ("train", "mindspore", "onnxruntime", "lite")
+AGAINST = ("train",) + HOST
+"""What a trace can be recomputed with: the training cell, or a backend that runs on the host."""
 
 
 def recompute(reference, obs: np.ndarray, call_sizes: np.ndarray, trace_path: str = "trace",

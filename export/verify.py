@@ -25,7 +25,10 @@ import numpy as np
 from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import compare_actions, default_atol, golden_check
+from msrl_consistent.deploy.backends import REFERENCE
+from msrl_consistent.deploy.backends import get as get_backend
 from msrl_consistent.deploy.sequences import run_sequences
+from msrl_consistent.directories import EXPORT, expect
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.export.exact import describe, float64_reference
 from msrl_consistent.runtime import TrainCellPolicy, load_policy
@@ -78,10 +81,11 @@ def rollouts(exported, reference, env_cfg, episodes: int, seed: int, discrete: b
     return out
 
 
-def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 20, seed: int = 0,
+def verify_export(export_dir: str, backend: str = REFERENCE, episodes: int = 20, seed: int = 0,
                   atol: Optional[float] = None, write_report: bool = True, **backend_kwargs) -> dict:
     """Run every check; returns the report (``report["passed"]``). Raises IntegrityError /
     ConfigError for exit-2 conditions."""
+    expect(export_dir, EXPORT)
     if backend == "train":
         raise ConfigError("verify compares an export's backend with the training cell; choose a backend of the export")
     # validates the directory once (deploy.open_export): names, hashes, golden set; then loads the backend
@@ -102,7 +106,7 @@ def verify_export(export_dir: str, backend: str = "mindspore", episodes: int = 2
         golden["batch_sensitivity"] = {"batch": int(len(g_obs)),
                                        **{k: sens[k] for k in ("max_abs_error", "agreement", "bit_identical") if k in sens}}
 
-    if export.state_size and backend != "mindspore" and precision == "fp32" and "sequences" in golden \
+    if export.state_size and not get_backend(backend).same_engine and precision == "fp32" and "sequences" in golden \
             and not golden.get("output_mismatch"):
         # Is a state error float32 rounding? Both float32 runs against the graph in float64.
         seqs = export.golden_sequences()
@@ -149,7 +153,7 @@ def rollout_summary(report: dict) -> str:
     roll, atol = report["rollouts"], report["atol"]
     discrete = "agreement" in report["golden"]
     n, same = roll["episodes"], roll["identical_episodes"]
-    if report["backend"] == "mindspore" and atol == 0 and report["precision"] == "fp32":
+    if get_backend(report["backend"]).same_engine and atol == 0 and report["precision"] == "fp32":
         return f"{same}/{n} identical step for step"
     within = roll.get("within_atol_episodes", same)
     what = "with the same actions at every visited state" if discrete else f"within atol {atol:g}"
@@ -168,7 +172,7 @@ def _judge(report: dict, backend: str, precision: str, discrete: bool):
             crit.append({"name": f"mean return drop <= {FP16_MAX_RETURN_DROP:.0%}", "value": drop,
                          "passed": bool(drop <= FP16_MAX_RETURN_DROP)})
     else:
-        strict = backend == "mindspore"
+        strict = get_backend(backend).same_engine
         name = "golden set bit-identical" if strict and report["atol"] == 0 else f"golden set within atol {report['atol']:g}"
         if discrete:
             name = "golden set discrete actions identical"

@@ -127,6 +127,12 @@ class ReplayBuffer:
     def size(self) -> int:
         return self.capacity if self.full else self.pos
 
+    def newest(self, n: int):
+        """The ``n`` newest observations (oldest first), or None when fewer are stored."""
+        if self.size < n:
+            return None
+        return self.obs[(np.arange(self.pos - n, self.pos)) % self.capacity]
+
     def add(self, obs, next_obs, actions, rewards, terminated, truncated) -> None:
         """Add one vector step: arrays with a leading n_envs axis. ``next_obs`` must be the
         true next observation (the final one where an episode ended, see envs.step_transitions)."""

@@ -14,7 +14,8 @@ from . import __version__
 from .checkpoint import CheckpointError
 from .cli_train import cmd_train
 from .config import ConfigError
-from .deploy import ALIASES, BACKENDS, canonical_backend
+from .deploy.backends import CHOICES, HOST, REFERENCE, by_preference, get
+from .deploy.formats import NAMES as FORMAT_NAMES
 from .optional import MissingOptionalPackage
 
 EXIT_USAGE = 2
@@ -30,26 +31,19 @@ def _quiet_mindspore_logs() -> None:
     os.environ.setdefault("GLOG_v", "3")
 
 
-BACKEND_CHOICES = [*BACKENDS, *ALIASES]  # the deploy package's backend names and their aliases (lite, ort)
+BACKEND_CHOICES = list(CHOICES)  # the backend registry's names and their aliases (lite, ort)
 
 
 def cmd_eval(args) -> int:
     import numpy as np
 
+    from .directories import EXPORT, RUN, expect
     from .episodes import run_episodes
-    from .manifest import is_export_dir
     from .runtime import load_policy
 
     path = args.path
-    if not os.path.isdir(path):
-        raise UsageError(f"no such run or export directory: {path}")
-    if is_export_dir(path):
-        backend = args.backend or "mindspore"
-    elif not os.path.isfile(os.path.join(path, "config.yaml")):
-        from .populations import not_a_member
-        not_a_member(path)
-        raise UsageError(f"{path} is neither a run directory (no config.yaml) nor an export directory "
-                         f"(no manifest.json)")
+    if expect(path, RUN, EXPORT) == EXPORT:
+        backend = args.backend or REFERENCE
     else:
         if args.backend not in (None, "train"):
             raise UsageError(f"{path} is a run directory: only --backend train applies (got {args.backend!r})")
@@ -129,9 +123,8 @@ def cmd_export(args) -> int:
 def cmd_verify(args) -> int:
     from msrl_consistent.export.verify import rollout_summary, verify_export
 
-    kwargs = {}
-    if canonical_backend(args.backend) == "mindspore_lite":
-        kwargs = {"target": args.lite_target, "device": args.device_id, "precision_mode": args.lite_precision_mode}
+    options = {"target": args.lite_target, "device": args.device_id, "precision_mode": args.lite_precision_mode}
+    kwargs = {k: v for k, v in options.items() if k in get(args.backend).options}
     report = verify_export(args.export_dir, backend=args.backend, episodes=args.episodes, seed=args.seed,
                            atol=args.atol, **kwargs)
     if args.json:
@@ -259,13 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, help="episode i is seeded with seed + i (default 0)")
     e.add_argument("--checkpoint", help="checkpoint file (run directories; default: the final/latest one)")
     e.add_argument("--backend", choices=["train", *BACKEND_CHOICES],
-                   help="export directories: the runtime to use (default mindspore)")
+                   help=f"export directories: the runtime to use (default {REFERENCE})")
     e.add_argument("--guard", action="store_true",
                    help="export directories: check every action (finite, inside the action space) and time it; "
                         "a violation or a backend error is answered by the fallback backend and counted")
     e.add_argument("--fallback", default="auto", choices=["auto", "none", *BACKEND_CHOICES],
                    help="with --guard: the fallback backend (auto: the best other backend that the export holds "
-                        "and this machine has installed: om, mindspore_lite, onnxruntime, mindspore)")
+                        f"and this machine has installed: {', '.join(b.name for b in by_preference())})")
     e.add_argument("--latency-budget-ms", type=float, help="with --guard: count calls slower than this")
     e.add_argument("--switch-after", type=int, default=3,
                    help="with --guard and a budget: after this many consecutive late calls, the fallback serves "
@@ -280,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("run_dir")
     x.add_argument("--out", required=True, help="export directory to create")
     x.add_argument("--checkpoint", help="checkpoint file (default: the run's final/latest one)")
-    x.add_argument("--format", default="mindir", help="comma-separated: mindir[,onnx][,lite][,om] (default mindir); "
+    x.add_argument("--format", default="mindir", help=f"comma-separated, of {', '.join(FORMAT_NAMES)} (default mindir); "
                                                       "lite and om convert actor.onnx (added when missing)")
     x.add_argument("--precision", default="fp32", choices=["fp32", "fp16"],
                    help="fp16: the same cell computing in float16 with float32 input/output")
@@ -303,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check an export against the training cell")
     v.add_argument("export_dir")
-    v.add_argument("--backend", default="mindspore", choices=BACKEND_CHOICES)
+    v.add_argument("--backend", default=REFERENCE, choices=BACKEND_CHOICES)
     v.add_argument("--episodes", type=int, default=20, help="seeded rollouts side by side (0: none)")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--atol", type=float, help="tolerance (default: 0 for mindspore, 1e-5 otherwise)")
@@ -316,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="recompute a recorded trace with a reference and find where it drifts")
     rp.add_argument("export_dir")
     rp.add_argument("trace", help="trace written by `msrl eval --record` or load_policy(..., record=PATH)")
-    rp.add_argument("--against", default="train", choices=["train", "mindspore", "onnxruntime", "lite"])
+    rp.add_argument("--against", default="train", choices=["train", *HOST])  # export.replay.AGAINST
     rp.add_argument("--atol", type=float, help="tolerance (default 0 for mindspore-vs-training-cell fp32, else 1e-5)")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=cmd_replay)
@@ -325,9 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("--out", default="learning-curves.png", help="image file to write (default learning-curves.png)")
     pl.add_argument("--x", default="steps", choices=["steps", "time"], help="x axis: environment steps or wall time")
-    pl.add_argument("--metric", default="train", choices=["train", "eval"],
+    pl.add_argument("--metric", default="train", choices=["train", "eval", "mismatch"],
                     help="train (default): mean return of the recent training episodes, from the first rollout on; "
-                         "eval: the periodic evaluation's mean return (deterministic policy, every eval.freq steps)")
+                         "eval: the periodic evaluation's mean return (deterministic policy, every eval.freq steps); "
+                         "mismatch: the rollout/update mismatch at every update (docs/mismatch.md)")
     pl.add_argument("--title", help="plot title (default: the algorithms and environments)")
     pl.set_defaults(func=cmd_plot)
 

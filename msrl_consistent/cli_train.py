@@ -133,7 +133,7 @@ def _train_population(args) -> int:
 
 
 def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
-    from msrl_consistent.run_context import NonFiniteError, TrainingInterrupted
+    from msrl_consistent.run_context import TrainingInterrupted, TrainingStopped
 
     if not quiet:
         print(f"msrl: {message} -> {run_dir}")
@@ -147,9 +147,9 @@ def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
         print(f"msrl: interrupted (signal {exc.signum}); every member checkpointed; continue with: "
               f"msrl train --resume {run_dir}", file=sys.stderr)
         return exc.exit_code
-    except NonFiniteError as exc:
+    except TrainingStopped as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     if not quiet:
         for name, s in summary["members"].items():
             ev = s["final_eval"]
@@ -167,8 +167,8 @@ def _resume(args, cluster: Cluster) -> int:
     from .populations import is_population
     if is_population(run_dir):
         return _resume_population(args, run_dir)
-    if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
-        raise ConfigError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+    from .directories import RUN, expect
+    expect(run_dir, RUN)
     with runlock.hold(run_dir, cluster.lock_file):
         return _resume_locked(args, run_dir, cluster)
 
@@ -271,7 +271,7 @@ def _init_worker(cfg) -> None:
 
 
 def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
-    from msrl_consistent.run_context import NonFiniteError, TrainingInterrupted
+    from msrl_consistent.run_context import TrainingInterrupted, TrainingStopped
 
     if not quiet:
         print(f"msrl: {message}")
@@ -283,9 +283,9 @@ def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:
         # a data-parallel worker exits 0 (msrun would SIGKILL the others on a non-zero exit);
         # its launcher, which forwarded the signal, exits 128 + the signal
         return 0 if algo.dist.enabled else exc.exit_code
-    except NonFiniteError as exc:
+    except TrainingStopped as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     if not quiet and "final_eval" in summary:
         ev = summary["final_eval"]
         print(f"msrl: done in {summary['wall_time_s']:.1f}s ({summary['steps_per_second']:.0f} steps/s); "

@@ -25,6 +25,13 @@ def rows_mean(x, keep_dims: bool = False):
     return x.mean(-1, keep_dims=keep_dims)
 
 
+def rows_max(x):
+    """rows_mean's maximum: of the whole tensor for one run's rows, one per member for a population's."""
+    if x.ndim == 1:
+        return x.max()
+    return x.max(-1)
+
+
 # Categorical ---------------------------------------------------------------------------
 def categorical_log_prob(logits, actions):
     """log pi(a|s) for integer actions (int32): log_softmax, then the actions' entries gathered (one

@@ -10,6 +10,8 @@ of the ``kind: train`` rows (mean return of the last ``log.window`` training epi
 per rollout or log interval, so the curve starts at the first update and shows learning);
 ``--metric eval`` plots the ``mean_return`` of the ``kind: eval`` rows (periodic evaluation with
 the deterministic policy every ``eval.freq`` steps, and the final one: few points, none at step 0).
+``--metric mismatch`` plots ``mismatch_max`` of the ``kind: train`` rows (the rollout/update
+mismatch, docs/mismatch.md).
 ``--x steps`` uses each row's ``step``; ``--x time`` its
 ``time`` (seconds since the logger started; a resumed run continues from its last time).
 
@@ -29,7 +31,8 @@ from .config import ConfigError
 from .optional import PLOT_INSTALL, require
 
 METRICS = {"eval": ("eval", "mean_return", "evaluation mean return (deterministic policy)"),
-           "train": ("train", "recent_mean_return", "training mean return (recent episodes)")}
+           "train": ("train", "recent_mean_return", "training mean return (recent episodes)"),
+           "mismatch": ("train", "mismatch_max", "rollout/update mismatch (max |delta|)")}
 XAXES = {"steps": ("step", "environment steps"), "time": ("time", "wall time (s)")}
 GRID_POINTS = 200
 
@@ -66,11 +69,12 @@ def read_curve(run_dir: str, metric: str = "eval", x: str = "steps") -> Curve:
     """One run's curve; ConfigError when ``run_dir`` is not a run directory or has no such rows."""
     kind, key = METRICS[metric][:2]
     xkey = XAXES[x][0]
-    cfg_path = os.path.join(run_dir, "config.yaml")
+    from .directories import CONFIG, RUN, expect
+    expect(run_dir, RUN)
+    cfg_path = os.path.join(run_dir, CONFIG)
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
-    for path in (cfg_path, metrics_path):
-        if not os.path.isfile(path):
-            raise ConfigError(f"{run_dir} is not a run directory (no {os.path.basename(path)})")
+    if not os.path.isfile(metrics_path):
+        raise ConfigError(f"{run_dir} is not a run directory (no metrics.jsonl)")
     with open(cfg_path, encoding="utf-8") as fh:
         cfg = yaml.safe_load(fh) or {}
     xs, ys = [], []

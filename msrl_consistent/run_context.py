@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from typing import Dict, Optional
 
@@ -25,8 +26,21 @@ class TrainingInterrupted(Exception):
         self.exit_code = 128 + signum
 
 
-class NonFiniteError(RuntimeError):
+class TrainingStopped(RuntimeError):
+    """A check stopped training; ``exit_code`` is the command's."""
+
+    exit_code = 1
+
+
+class NonFiniteError(TrainingStopped):
     """A non-finite loss, gradient or parameter: training stops, the last good checkpoint stays."""
+
+
+class MismatchError(TrainingStopped):
+    """The rollout/update mismatch exceeded ``log.mismatch_threshold`` with ``log.mismatch_action:
+    stop``: training stops after a checkpoint of the step (a usage decision: exit 2)."""
+
+    exit_code = 2
 
 
 class RunContext:
@@ -59,6 +73,9 @@ class RunContext:
         """Seconds spent per phase of the loop (the loops add to them; summary.json reports them)."""
         self.next_eval = self._next_multiple(self.cfg.eval.freq)
         self.next_ckpt = self._next_multiple(self.cfg.checkpoint.freq)
+        self.mismatch: Dict[str, float] = {}
+        """The run's maximum of each rollout/update mismatch figure (summary.json's ``mismatch``)."""
+        self._mismatch_warned = False
 
     def _next_multiple(self, freq: int) -> Optional[int]:
         if freq <= 0:
@@ -87,6 +104,7 @@ class RunContext:
             stats["recent_mean_return"] = mr
         self.check_finite(step, stats)
         self.logger.scalars(step, stats, "train")
+        self.check_mismatch(step, stats)
         self.logger.progress(step)
         self.phases["log"] += time.perf_counter() - t0
         if self.next_eval is not None and step >= self.next_eval and step < self.cfg.total_timesteps:
@@ -148,6 +166,32 @@ class RunContext:
                 raise NonFiniteError(f"non-finite parameter {k} at step {step}; training stopped, the last good "
                                      f"checkpoint in {self.ckpt_dir} is kept")
 
+    def check_mismatch(self, step: int, stats: Dict[str, float]) -> None:
+        """Keep the run's maximum of each ``mismatch_*`` figure and act on ``log.mismatch_threshold``
+        (compared with ``mismatch_max``): warn once on stderr (every time: an event in metrics.jsonl),
+        or checkpoint this step and stop (MismatchError). Data parallel: the ranks stop together
+        when any rank's figure is over."""
+        figures = {k[len("mismatch_"):]: v for k, v in stats.items() if k.startswith("mismatch_")}
+        for k, v in figures.items():
+            self.mismatch[k] = max(self.mismatch.get(k, float(v)), float(v))
+        lc, algo = self.cfg.log, self.algo
+        if lc.mismatch_threshold is None or "max" not in figures:
+            return
+        over = figures["max"] > lc.mismatch_threshold
+        stop = lc.mismatch_action == "stop"
+        if stop and algo.dist.enabled:
+            over = bool(algo.dist.max_int(int(over)))
+        if not over:
+            return
+        self.logger.event(step, event="mismatch", value=float(figures["max"]), threshold=lc.mismatch_threshold)
+        what = (f"{self.run_dir}: rollout/update mismatch {figures['max']:.3g} (max |delta|) above "
+                f"log.mismatch_threshold {lc.mismatch_threshold:g} at step {step}")
+        if stop:
+            raise MismatchError(f"{what}; training stopped, checkpoint {self.save_periodic(step)}")
+        if not self._mismatch_warned and self.main:
+            print(f"msrl: warning: {what} (each one is an event in metrics.jsonl)", file=sys.stderr)
+            self._mismatch_warned = True
+
     def evaluate(self) -> dict:
         t0 = time.perf_counter()
         step = self.algo.num_timesteps
@@ -172,6 +216,8 @@ class RunContext:
         summary["first_update_s"] = None if self.first_update_s is None else round(self.first_update_s, 3)
         summary["phase_seconds"] = {k: round(v, 3) for k, v in self.phases.items()}
         summary["phase_seconds"]["other"] = round(wall - sum(self.phases.values()), 3)
+        if self.mismatch:
+            summary["mismatch"] = dict(sorted(self.mismatch.items()))
         if algo.dist.enabled:
             summary["distributed"] = algo.dist.describe()
             self.write_rank_status("finished", **summary)

@@ -30,9 +30,9 @@ from typing import Optional
 
 import numpy as np
 
-from . import deploy
+from . import deploy, directories
 from .config import ConfigError, EnvConfig
-from .manifest import Manifest, is_export_dir, read_export
+from .manifest import Manifest, read_export
 from .optional import MissingOptionalPackage
 
 BACKENDS = ("train",) + deploy.BACKENDS
@@ -48,13 +48,8 @@ def read_run_config(run_dir: str):
     """The resolved config.yaml of a run directory, validated."""
     from .config import load_config
 
-    path = os.path.join(run_dir, "config.yaml")
-    if not os.path.isfile(path):
-        from .populations import not_a_member
-        not_a_member(run_dir)
-        raise ConfigError(f"{run_dir} is not a run directory (no config.yaml) and not an export directory "
-                          f"(no manifest.json)")
-    return load_config(path)
+    directories.expect(run_dir, directories.RUN)
+    return load_config(os.path.join(run_dir, directories.CONFIG))
 
 
 class Recordable:
@@ -165,11 +160,9 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
     trace PATH (bounded by ``record_limit`` observations), tagged with the sha256 of the
     export's manifest.json (or of the run's checkpoint), for ``msrl replay``.
     """
-    if not os.path.isdir(path):
-        raise ConfigError(f"no such run or export directory: {path}")
     policy: deploy.Policy
-    exported = is_export_dir(path)
-    backend = backend or ("mindspore" if exported else "train")
+    exported = directories.expect(path, directories.RUN, directories.EXPORT) == directories.EXPORT
+    backend = backend or (deploy.backends.REFERENCE if exported else "train")
     if guard and backend == "train":
         raise ConfigError("guard applies to export directories (a deployed artifact), not to the training cell")
     if not exported:

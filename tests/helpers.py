@@ -28,15 +28,15 @@ def export_without_head(monkeypatch, run_dir, out_dir, **kwargs):
     forgotten-post-processing bug), while the golden set keeps the training cell's actions."""
     from mindspore import nn
 
-    from msrl_consistent.export import exporter
+    from msrl_consistent.export import exporter, writers
     from msrl_consistent.networks.heads import PolicyCell
 
     class IdentityHead(nn.Cell):
         def construct(self, x):
             return x
 
-    write = exporter.write_mindir
-    monkeypatch.setattr(exporter, "write_mindir",
+    write = writers.write_mindir
+    monkeypatch.setattr(writers, "write_mindir",
                         lambda cell, *a, **k: write(PolicyCell(cell.normalizer, cell.actor, IdentityHead()), *a, **k))
     return exporter.export_run(run_dir, out_dir, **kwargs)
 

@@ -36,7 +36,6 @@ from .recurrent import (
     sequence_minibatch,
 )
 from .update import (
-    STAT_NAMES,
     CategoricalClippedHead,
     ClippedObjective,
     PPOTrainStep,
@@ -44,6 +43,7 @@ from .update import (
     explained_variance,
     kl_threshold,
     minibatch_indices,
+    phase_stats,
     power_of_two,
 )
 
@@ -152,7 +152,7 @@ class ValueCell(nn.Cell):
 
 
 class PPOLoss(nn.Cell):
-    """The whole PPO loss; returns (loss, policy loss, value loss, entropy, approx KL, clip fraction):
+    """The whole PPO loss; returns update.ClippedObjective's outputs (loss, its parts, statistics):
     one forward pass for both heads, then update.ClippedObjective. ``agent`` is one run's
     ActorCriticAgent or a population's (members.MembersAgent: the same interface, its
     networks and arrays with a leading member axis, every output one per member); ``coefs`` the
@@ -176,7 +176,7 @@ class PPOLoss(nn.Cell):
         if self.lean and power_of_two(advantages.shape[-1]):  # static: one of the two paths is compiled
             out = self.head(params[0], values, actions, old_log_prob, self.objective.normalized(advantages),
                             returns, clip_range)
-            return out[0], out[1], out[2], out[3], out[4], out[5]
+            return out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
         log_prob, entropy = self.dist.log_prob_entropy(params, actions)
         return self.objective(values, log_prob, entropy, old_log_prob, advantages, returns, old_values, clip_range,
                               clip_range_vf)
@@ -257,7 +257,7 @@ class PPO(OnPolicyAlgorithm):
             stats, epochs = self._train_fused(data, lr, clip)
         else:
             stats, epochs = self._train_per_minibatch(data, lr, clip)
-        res = {k: float(v) for k, v in zip(STAT_NAMES, np.mean(stats, axis=0))}
+        res = phase_stats(stats)
         res["explained_variance"] = explained_variance(data["returns"], data["values"])
         res["learning_rate"] = lr
         res["clip_range"] = clip

@@ -30,7 +30,7 @@ from msrl_consistent.run_context import RunContext
 from ..algorithm import schedule_value
 from ..on_policy import PackedRollout, Rollouts
 from .members import MembersAgent, PopulationRollout, PopulationValue, supported_distribution
-from .update import STAT_NAMES, PPOTrainStep, PPOUpdatePhase, explained_variance, minibatch_indices
+from .update import PPOTrainStep, PPOUpdatePhase, explained_variance, minibatch_indices, phase_stats
 
 
 class PPOPopulation(Population):
@@ -139,7 +139,7 @@ class PPOPopulation(Population):
         stats = stats.asnumpy()
         out = []
         for i, m in enumerate(members):
-            res = {name: float(v) for name, v in zip(STAT_NAMES, stats[:, i, :].mean(0))}
+            res = phase_stats(stats[:, i, :])
             res["explained_variance"] = explained_variance(data["returns"][i * n:(i + 1) * n],
                                                            data["values"][i * n:(i + 1) * n])
             res["learning_rate"] = float(rates[i])

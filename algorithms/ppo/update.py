@@ -11,7 +11,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.ops.operations._grad_ops import LogSoftmaxGrad
 
-from msrl_consistent.distributions import rows_mean
+from msrl_consistent.distributions import rows_max, rows_mean
 from msrl_consistent.networks.stacked import WriteBack
 
 from ..cells import GradNormClip, RankMean
@@ -19,8 +19,8 @@ from ..cells import GradNormClip, RankMean
 
 class PPOTrainStep(nn.Cell):
     """One minibatch: loss, gradients, (data parallel: the ranks' mean gradient), global-norm
-    clipping and the Adam step -> the stats of STAT_NAMES, shape (7,); for a population's loss
-    (``members``: its networks carry a leading member axis) each member's, shape (members, 7).
+    clipping and the Adam step -> the stats of STAT_NAMES, shape (9,); for a population's loss
+    (``members``: its networks carry a leading member axis) each member's, shape (members, 9).
 
     The clipping is torch's ``clip_grad_norm_`` (cells.GradNormClip), its global norm reported as
     grad_norm; a population's members each over their own slices (``max_grad_norm`` one value
@@ -52,9 +52,10 @@ class PPOTrainStep(nn.Cell):
         starts and initial state)."""
         out, grads = self.grad_fn(*data, clip_range, clip_range_vf)
         if self.k is None:
-            loss, pg, vl, ent, kl, cf = out[0], out[1], out[2], out[3], out[4], out[5]
+            loss, pg, vl, ent, kl, cf, dlp, dr = out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
         else:  # the members' total (depended upon: an unused output of the gradient call warns), then theirs
-            loss, pg, vl, ent, kl, cf = ops.depend(out[1], out[0]), out[2], out[3], out[4], out[5], out[6]
+            loss, pg, vl, ent, kl, cf, dlp, dr = (ops.depend(out[1], out[0]), out[2], out[3], out[4], out[5], out[6],
+                                                  out[7], out[8])
         grads = self.rank_mean(grads)
         if self.distributed:
             kl = self.all_reduce(kl) / self.world
@@ -65,8 +66,8 @@ class PPOTrainStep(nn.Cell):
         else:
             self.optimizer(self.clip(grads, norm))
         if self.k is None:
-            return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(())])
-        return ops.stack([loss, pg, vl, ent, kl, cf, norm]).transpose(1, 0)
+            return ops.stack([loss, pg, vl, ent, kl, cf, norm.reshape(()), dlp, dr])
+        return ops.stack([loss, pg, vl, ent, kl, cf, norm, dlp, dr]).transpose(1, 0)
 
 
 class MembersTotal(nn.Cell):
@@ -79,7 +80,7 @@ class MembersTotal(nn.Cell):
 
     def construct(self, *args):
         out = self.loss(*args)
-        return out[0].sum(), out[0], out[1], out[2], out[3], out[4], out[5]
+        return out[0].sum(), out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]
 
 
 def rows_sum(x, keep_dims: bool = False):
@@ -99,7 +100,11 @@ def coefficient(value):
 
 class ClippedObjective(nn.Cell):
     """PPO's objective from the loss's forward pass: (values, log-probs, entropy) of a minibatch
-    and its rollout arrays -> (loss, policy loss, value loss, entropy, approx KL, clip fraction).
+    and its rollout arrays -> (loss, policy loss, value loss, entropy, approx KL, clip fraction,
+    max |log-ratio|, max |ratio - 1|). The last two and the approx KL (the k3 estimator of the
+    KL between the rollout's and the update's probabilities) are, on the phase's first minibatch,
+    which the update computes with the parameters that acted, the rollout/update mismatch: zero
+    where the two graphs compute the same log-probabilities (``mismatch``).
 
     Advantages normalized per minibatch (unbiased std, as torch.std; skipped for one sample, as
     SB3), the clipped surrogate, optional value clipping around the old values. With
@@ -142,7 +147,8 @@ class ClippedObjective(nn.Cell):
             loss = policy_loss + self.vf_coef * value_loss
         approx_kl = rows_mean((ratio - 1.0) - log_ratio)  # http://joschu.net/blog/kl-approx.html
         clip_fraction = rows_mean((ops.abs(ratio - 1.0) > clip_range).astype(ms.float32))
-        return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction
+        return (loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction, rows_max(ops.abs(log_ratio)),
+                rows_max(ops.abs(ratio - 1.0)))
 
 
 class CategoricalClippedHead(nn.Cell):
@@ -160,9 +166,8 @@ class CategoricalClippedHead(nn.Cell):
     - d/dvalues = (v - R) * (2 * vf_coef / n).
 
     ``per_member``: a population's (members, rows) tensors (PPOLoss on a MembersAgent), means
-    over the rows, one vf_coef per member. Returns (loss, policy loss, value loss, entropy, approx
-    KL, clip fraction) as ClippedObjective (per member: each of shape (members,)), then the tensors
-    the backward reads."""
+    over the rows, one vf_coef per member. Returns ClippedObjective's eight outputs (per member:
+    each of shape (members,)), then the tensors the backward reads."""
 
     def __init__(self, n_actions: int, vf_coef, per_member: bool = False):
         super().__init__()
@@ -195,10 +200,11 @@ class CategoricalClippedHead(nn.Cell):
         entropy = self.mean(-(ops.exp(logp_all) * logp_all).sum(-1))
         approx_kl = self.mean((ratio - 1.0) - log_ratio)
         clip_fraction = self.mean((ops.abs(ratio - 1.0) > clip_range).astype(ms.float32))
-        return loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction, logp_all, a_r, a_c
+        return (loss, policy_loss, value_loss, entropy, approx_kl, clip_fraction, rows_max(ops.abs(log_ratio)),
+                rows_max(ops.abs(ratio - 1.0)), logp_all, a_r, a_c)
 
     def bprop(self, logits, values, actions, old_log_prob, advantages, returns, clip_range, out, dout):
-        logp_all, a_r, a_c = out[6], out[7], out[8]
+        logp_all, a_r, a_c = out[8], out[9], out[10]
         n = a_r.shape[-1]
         sens = dout[0]  # the loss's; the other outputs are statistics (no gradient)
         if self.per_member:
@@ -229,14 +235,14 @@ class PPOUpdatePhase(nn.Cell):
     tail-size step, each with its own static shapes, so every minibatch runs exactly the graph
     the per-minibatch loop runs (parameters bit-identical, tested). With target_kl, the
     minibatch whose approx KL exceeds the threshold is not applied and ends the phase.
-    Returns (stats (minibatches, 7), minibatches evaluated); rows past the stop are zero.
+    Returns (stats (minibatches, 9), minibatches evaluated); rows past the stop are zero.
 
     A population's step (``step.k`` members) takes the members' rollouts one after another,
     (members * rows) rows; its minibatch indices are member k's drawn from its own Generator,
     offset to its rows and side by side (members * batch_size per minibatch), so each minibatch
     is cut into (members, batch_size) rows. At the end of the phase every member's slice of the
     stacked Parameters is written into the member's own (``pairs``: networks.stacked.WriteBack).
-    Its stats are (minibatches, members, 7).
+    Its stats are (minibatches, members, 9).
     """
 
     def __init__(self, step: PPOTrainStep, n_epochs: int, rollout: int, batch_size: int, pairs=None):
@@ -244,7 +250,7 @@ class PPOUpdatePhase(nn.Cell):
         self.step = step
         self.optimizer = step.optimizer
         self.k = step.k
-        self.stat_shape = (7,) if self.k is None else (self.k, 7)
+        self.stat_shape = (9,) if self.k is None else (self.k, 9)
         self.per_epoch = rollout // batch_size  # full-size minibatches per epoch
         self.ragged = rollout % batch_size != 0  # every epoch ends with a shorter minibatch
         self.per_epoch_all = self.per_epoch + (1 if self.ragged else 0)
@@ -315,6 +321,19 @@ def minibatch_indices(rng: np.random.Generator, n: int, batch_size: int, n_epoch
 
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
+"""The stats averaged over an update phase's minibatches; each row of PPOTrainStep's stats then has
+max |log-ratio| and max |ratio - 1| (read on the first minibatch only: ``mismatch``)."""
+
+
+def phase_stats(stats: np.ndarray) -> dict:
+    """An update phase's stats (minibatches, 9) of one run or one member: the means of STAT_NAMES
+    over the minibatches, and the rollout/update mismatch from the first minibatch, which the
+    update computes with the parameters that acted: max |delta log-prob|, the mean k3 estimator
+    exp(d) - 1 - d (the approx KL) and max |ratio - 1|; ``mismatch_max`` is the first."""
+    res = {k: float(v) for k, v in zip(STAT_NAMES, np.mean(stats[:, :len(STAT_NAMES)], axis=0))}
+    first = stats[0]
+    res.update(mismatch_max=float(first[7]), mismatch_k3=float(first[4]), mismatch_max_ratio=float(first[8]))
+    return res
 
 
 def explained_variance(returns: np.ndarray, values: np.ndarray) -> float:

@@ -32,10 +32,10 @@ Exit codes of ``check`` (and of ``msrl verify``): 0 pass, 1 the artifact loads b
 differently from the training cell, 2 integrity or environment error (one line).
 
 The modules, one concern each: ``errors`` and ``names`` (the vocabulary: errors, exit codes,
-schema version, file names, limits, backend names), ``fields`` (typed manifest fields), ``spaces``
+schema version, file names, limits), ``formats`` (one entry per export format), ``fields`` (typed manifest fields), ``spaces``
 (:class:`SpaceSpec`, the one description of the observation and action spaces, shared with
 training), ``reader`` (:class:`Export`, :func:`open_export`), ``golden``,
-``backends`` (one runner per backend), ``lite`` (MindSpore Lite's call sequence on its Python module
+``backends`` (one entry per backend, its loader and runner), ``lite`` (MindSpore Lite's call sequence on its Python module
 or msrl's C shim), ``lite_process`` (Lite in a process of its own where MindSpore is installed),
 ``inputs`` (validate and pack observations per space),
 ``policy`` (:class:`Policy`, :func:`load`), ``guard``, ``frames`` (:class:`FrameStack`,
@@ -44,44 +44,49 @@ or msrl's C shim), ``lite_process`` (Lite in a process of its own where MindSpor
 named state faults), ``compare`` (:func:`compare_actions`) and ``check`` (``python policy.py check``).
 """
 
-from .backends import Runner, make_runner
+from .backends import (
+    ALIASES,
+    BACKENDS,
+    REGISTRY,
+    Backend,
+    Runner,
+    canonical_backend,
+    default_atol,
+    make_runner,
+    require_model_file,
+)
 from .check import check, compare_actions, golden_check, latency, main
 from .errors import EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS, BackendUnavailable, ExportError, GuardError
 from .fields import SCHEMA, check_schema, column_n, not_an_index, plain_name, space_text
+from .formats import FORMAT_FILE, FORMATS, Format
 from .frames import FrameStack, MaxAndSkip
 from .guard import Guard
 from .lite import lite_context
 from .names import (
-                    ALIASES,
-                    BACKENDS,
-                    BUNDLE_FILE,
-                    BUNDLE_PACKAGE,
-                    CROSS_RUNTIME_ATOL,
-                    FORMAT_FILE,
-                    INSTALL,
-                    LITE_ASCEND_PRECISION_MODES,
-                    LITE_CPU_PRECISION_MODES,
-                    MANIFEST,
-                    MAX_BATCH,
-                    MAX_DIM,
-                    MAX_FILES,
-                    MAX_GOLDEN,
-                    MAX_MANIFEST_BYTES,
-                    MAX_ROW_BYTES,
-                    MODEL_FILES,
-                    SCHEMA_VERSION,
-                    canonical_backend,
-                    default_atol,
-                    memory_bytes,
+    BUNDLE_FILE,
+    BUNDLE_PACKAGE,
+    CROSS_RUNTIME_ATOL,
+    LITE_ASCEND_PRECISION_MODES,
+    LITE_CPU_PRECISION_MODES,
+    MANIFEST,
+    MAX_BATCH,
+    MAX_DIM,
+    MAX_FILES,
+    MAX_GOLDEN,
+    MAX_MANIFEST_BYTES,
+    MAX_ROW_BYTES,
+    SCHEMA_VERSION,
+    memory_bytes,
 )
 from .policy import ExportPolicy, Policy, auto_fallback, available_backends, guard_for, in_chunks, load
-from .reader import Export, file_sha256, open_export, read_manifest_json, require_model_file
+from .reader import Export, file_sha256, open_export, read_manifest_json
 from .spaces import SpaceSpec
 
 __all__ = [
     "ALIASES", "BACKENDS", "BUNDLE_FILE", "BUNDLE_PACKAGE", "CROSS_RUNTIME_ATOL", "EXIT_ERROR", "EXIT_MISMATCH",
-    "EXIT_PASS", "FORMAT_FILE", "INSTALL", "LITE_ASCEND_PRECISION_MODES", "LITE_CPU_PRECISION_MODES", "MANIFEST",
-    "MAX_BATCH", "MAX_DIM", "MAX_FILES", "MAX_GOLDEN", "MAX_MANIFEST_BYTES", "MAX_ROW_BYTES", "MODEL_FILES", "SCHEMA",
+    "EXIT_PASS", "FORMAT_FILE", "FORMATS", "REGISTRY", "Backend", "Format", "LITE_ASCEND_PRECISION_MODES",
+    "LITE_CPU_PRECISION_MODES", "MANIFEST",
+    "MAX_BATCH", "MAX_DIM", "MAX_FILES", "MAX_GOLDEN", "MAX_MANIFEST_BYTES", "MAX_ROW_BYTES", "SCHEMA",
     "SCHEMA_VERSION", "BackendUnavailable", "SpaceSpec", "Export", "ExportError", "ExportPolicy", "FrameStack", "Guard",
     "GuardError", "MaxAndSkip", "Policy", "Runner", "auto_fallback", "available_backends", "canonical_backend", "check",
     "check_schema", "column_n", "compare_actions", "default_atol", "file_sha256", "golden_check", "guard_for", "in_chunks",

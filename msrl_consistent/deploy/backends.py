@@ -1,17 +1,25 @@
-"""One runner per backend (onnxruntime, mindspore, mindspore_lite, om), each library imported
-when its backend is chosen."""
+"""The backends, one :class:`Backend` entry each in :data:`REGISTRY` (its name and aliases, the
+formats it runs, the library it needs and how to install it, its loader), and the runner a
+loader returns. Each library is imported when its backend is chosen.
+
+The reader, the deployed policy, ``msrl verify``/``eval`` and the CLI's choices consult the
+registry; nothing else lists the backends.
+"""
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .errors import BackendUnavailable, ExportError, _one_line
+from .formats import BY_NAME as FORMAT_BY_NAME
+from .formats import format_of_file
 from .graph_io import ObsInput, split_rows, zero_inputs
-from .names import INSTALL, canonical_backend
-from .reader import require_model_file
+from .names import CROSS_RUNTIME_ATOL
 
 if TYPE_CHECKING:
     from .reader import Export
@@ -51,12 +59,11 @@ def probe_inputs(export: Export, b: int) -> List[np.ndarray]:
 
 
 def _import(module: str, backend: str):
-    import importlib
     try:
         return importlib.import_module(module)
     except ImportError:
         raise BackendUnavailable(f"backend {backend} needs {module}, which is not installed; install "
-                                 f"{INSTALL[backend]}") from None
+                                 f"{get(backend).install}") from None
 
 
 def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id: int = 0,
@@ -66,14 +73,14 @@ def make_runner(export: Export, backend: str, *, target: str = "cpu", device_id:
     not run on the manifest's input shape raise ExportError naming the file, as does a model file
     the export does not hold. ``pin`` (Lite's CPU target, in this process): Lite's threads and the
     calling thread on one core for good (deploy.lite.lite_context; the calls' times: docs/benchmarks.md)."""
-    backend = canonical_backend(backend)
-    require_model_file(export, backend)
-    name = export.model_file(backend)
+    entry = get(backend)
+    backend = entry.name
+    entry.require(export)
+    name = entry.model_file(export)
     path = export.path(name)
-    fixed = export.fixed_batch(backend)
-    loader = {"onnxruntime": _onnxruntime, "mindspore": _mindspore, "mindspore_lite": _lite, "om": _om}[backend]
+    fixed = entry.fixed_batch(export)
     try:
-        run, info = loader(path, fixed, target=target, device_id=device_id, precision_mode=precision_mode,
+        run, info = entry.loader(path, fixed, target=target, device_id=device_id, precision_mode=precision_mode,
                            threads=threads, configure=configure, pin=pin)
     except ExportError:
         raise
@@ -189,7 +196,7 @@ def _om(path, fixed, device_id=0, **_):
         acl = importlib.import_module("aclruntime")
     except ImportError:
         raise BackendUnavailable(f"backend om needs ais_bench (or aclruntime), which is not installed; install "
-                                 f"{INSTALL['om']}") from None
+                                 f"{get('om').install}") from None
     options = acl.session_options()
     session = acl.InferenceSession(path, int(device_id), options)
     out_names = [o.name for o in session.get_outputs()]
@@ -205,3 +212,124 @@ def _om(path, fixed, device_id=0, **_):
             o.to_host()
         return [np.array(o) for o in outs]
     return run, {"api": "aclruntime.InferenceSession", "device_id": int(device_id)}
+
+
+def _lite_reads(path: str) -> bool:
+    """Lite is installed here and reads this model file (not a MindIR newer than it knows)."""
+    from . import lite
+    return lite.available() and lite.reads(path)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend: how it is named, what it runs, what it needs, how it loads."""
+
+    name: str
+    """Its one name (``--backend``, reports, the runner's ``backend``)."""
+    aliases: Tuple[str, ...]
+    """Other names ``--backend`` accepts for it."""
+    formats: Tuple[str, ...]
+    """The export formats (deploy.formats) whose file it runs, best first: it runs the first one
+    the export holds; the file's format says the batch it is called with."""
+    modules: Tuple[str, ...]
+    """The Python modules it imports (any one suffices)."""
+    install: str
+    """How to install what it needs (error messages name it)."""
+    loader: Callable[..., Tuple[Callable[[List[np.ndarray]], List[np.ndarray]], dict]]
+    """``loader(path, fixed_batch, **options)`` -> (run_all, info)."""
+    preference: int
+    """Rank when no backend is named (``policy.load``, the guard's 'auto' fallback): lowest first."""
+    same_engine: bool = False
+    """The training cell's own engine: its fp32 actions are bit-identical with the training cell's
+    (default tolerance 0; verify's criterion is identity, step for step)."""
+    options: Tuple[str, ...] = ()
+    """load_policy's keywords it takes from ``msrl verify``'s command line (target, device, precision_mode)."""
+    probe: Optional[Callable[[str], bool]] = None
+    """Whether this machine runs the model file at a path (None: one of ``modules`` imports)."""
+    host: bool = True
+    """It runs on the host CPU from a wheel, so ``msrl replay`` can recompute a trace with it."""
+
+    def model_file(self, export: "Export") -> str:
+        """The file it runs: the first of its formats' files the export holds (else the first)."""
+        names = [FORMAT_BY_NAME[f].file for f in self.formats]
+        return next((n for n in names if n in export.files), names[0])
+
+    def fixed_batch(self, export: "Export") -> Optional[int]:
+        """The batch its file must be called with (None: any), as the file's format says."""
+        return getattr(export, format_of_file(self.model_file(export)).batch)
+
+    def require(self, export: "Export") -> None:
+        """Its model file is in the export, or an ExportError naming it (exit 2)."""
+        name = self.model_file(export)
+        if name not in export.files:
+            fmt = format_of_file(name)
+            hint = f"; export again with --format {fmt.name}" if fmt.reexport else ""
+            raise ExportError(f"{name}: not in this export (formats: {', '.join(export.formats)}), needed by "
+                              f"backend {self.name}{hint}")
+
+    def here(self, export: "Export") -> bool:
+        """The export holds its model file and this machine can run it."""
+        name = self.model_file(export)
+        if name not in export.files:
+            return False
+        if self.probe is not None:
+            return self.probe(export.path(name))
+        return any(importlib.util.find_spec(m) is not None for m in self.modules)
+
+
+REGISTRY: Tuple[Backend, ...] = (
+    Backend("mindspore_lite", ("lite",), ("lite", "mindir"), ("mindspore_lite",),
+            "`msrl lite install` (Lite 2.0.0's libraries and msrl's shim; x86_64 Linux) or the MindSpore Lite wheel for "
+            "your device and Python from https://www.mindspore.cn/lite/docs/en/master/use/downloads.html (plus CANN "
+            "for target ascend)", _lite, preference=1, options=("target", "device", "precision_mode"),
+            probe=_lite_reads),
+    Backend("om", (), ("om",), ("ais_bench", "aclruntime"),
+            "ais_bench and aclruntime (the ait benchmark wheels, https://gitee.com/ascend/ait) with CANN", _om,
+            preference=0, host=False),
+    Backend("onnxruntime", ("ort",), ("onnx",), ("onnxruntime",), "pip install onnxruntime", _onnxruntime,
+            preference=2),
+    Backend("mindspore", (), ("mindir",), ("mindspore",), "pip install mindspore (the CPU wheel matching your Python)",
+            _mindspore, preference=3, same_engine=True),
+)
+"""Every backend, in the order the command line lists them."""
+BY_NAME: Dict[str, Backend] = {b.name: b for b in REGISTRY}
+ALIASES: Dict[str, str] = {a: b.name for b in REGISTRY for a in b.aliases}
+BACKENDS: Tuple[str, ...] = tuple(BY_NAME)
+CHOICES: Tuple[str, ...] = BACKENDS + tuple(ALIASES)
+"""What ``--backend`` accepts: the names, then the aliases."""
+HOST: Tuple[str, ...] = tuple(n for b in REGISTRY if b.host for n in (b.name, *b.aliases))
+"""The backends (and aliases) that run on the host CPU from a wheel."""
+REFERENCE: str = next(b.name for b in REGISTRY if b.same_engine)
+"""The backend an export directory loads on when none is named: the training cell's own engine."""
+
+
+def get(name: str) -> Backend:
+    """The entry of a backend name or alias, or an ExportError naming the choices."""
+    entry = BY_NAME.get(ALIASES.get(name, name)) if isinstance(name, str) else None
+    if entry is None:
+        raise ExportError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)} (or lite)")
+    return entry
+
+
+def canonical_backend(name: str) -> str:
+    """The backend's one name (``lite`` -> ``mindspore_lite``, ``ort`` -> ``onnxruntime``)."""
+    return get(name).name
+
+
+def by_preference() -> List[Backend]:
+    """The backends in the order a deployment tries them when none is named."""
+    return sorted(REGISTRY, key=lambda b: b.preference)
+
+
+def default_atol(backend: str, precision: str = "fp32", against: str = "train") -> float:
+    """The default tolerance between ``backend``'s actions and ``against``'s: 0 (bit-identical)
+    where the training cell's engine computes both in fp32 at the same batch shape, else
+    CROSS_RUNTIME_ATOL. Discrete actions are always compared for equality."""
+    same = BY_NAME.get(backend)
+    same_engine = same is not None and same.same_engine and (against == "train" or against == backend)
+    return 0.0 if same_engine and precision == "fp32" else CROSS_RUNTIME_ATOL
+
+
+def require_model_file(export: "Export", backend: str) -> None:
+    """The model file ``backend`` runs is in the export, or an ExportError naming it (exit 2)."""
+    get(backend).require(export)

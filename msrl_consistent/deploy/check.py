@@ -10,9 +10,9 @@ from typing import List, Optional
 
 import numpy as np
 
+from .backends import BACKENDS, default_atol
 from .compare import compare_actions
 from .errors import EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS, ExportError, _one_line
-from .names import BACKENDS
 from .policy import Policy, load
 from .reader import Export, open_export
 from .sequences import sequence_check
@@ -44,7 +44,7 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
         name = "the model" if runner is None else runner.info.get("file", "the model")
         raise ExportError(f"{name}: backend {policy.backend} failed on the golden set ({_one_line(exc)})") from None
     if pred is not None:
-        res = compare_actions(pred, ref, export.discrete, atol)
+        res = compare_actions(pred, ref, export.spec.discrete, atol)
         if not res.get("shape_mismatch") and pred.dtype.kind != ref.dtype.kind:
             res["passed"] = False
         if res.get("shape_mismatch") or pred.dtype.kind != ref.dtype.kind:
@@ -79,17 +79,17 @@ def check(directory: str, backend: Optional[str] = None, atol: Optional[float] =
     policy = load(directory, backend, target=target, device_id=device_id, precision_mode=precision_mode,
                   check_hashes=False)
     b = policy.backend
-    atol = export.default_atol(b) if atol is None else float(atol)
+    atol = default_atol(b, export.precision) if atol is None else float(atol)
     golden = golden_check(policy, export, atol)
     if export.state_size and export.precision != "fp16":
-        what = "identical" if export.discrete else ("bit-identical" if atol == 0 else f"within atol {atol:g}")
+        what = "identical" if export.spec.discrete else ("bit-identical" if atol == 0 else f"within atol {atol:g}")
         criterion = {"name": f"golden sequences step by step: actions {what}, states "
                              f"{'bit-identical' if atol == 0 else f'within atol {atol:g} x max(1, |state|)'}",
                      "passed": bool(golden["passed"]), "value": golden.get("first_divergence")}
     elif export.precision == "fp16":
         criterion = {"name": "golden set drift (fp16 export: reported, judged by msrl verify's rollouts)",
                      "passed": True, "value": golden.get("max_abs_error", golden.get("agreement"))}
-    elif export.discrete:
+    elif export.spec.discrete:
         criterion = {"name": "golden set discrete actions identical", "passed": bool(golden["passed"]),
                      "value": golden.get("agreement")}
     else:

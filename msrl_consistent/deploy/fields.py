@@ -8,6 +8,7 @@ import numpy as np
 
 from .errors import ExportError
 from .names import MANIFEST, MAX_DIM
+from .schema import SCHEMA
 
 
 def plain_name(name: Any) -> bool:
@@ -23,20 +24,6 @@ def _is_int(v: Any) -> bool:
 
 def _is_num(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in ("inf", "-inf")
-
-
-SCHEMA: Dict[str, Any] = {
-    "schema_version": "int", "created": "str", "msrl_version": "str", "versions": "dict[str]", "algorithm": "str",
-    "env_id": "str", "env": "dict", "spaces": "dict",
-    "source": {"run_dir": "str", "checkpoint": "str", "checkpoint_sha256": "str", "config": "dict"},
-    "export": {"formats": "list[str]", "precision": "str", "batch": "int|str", "golden_batch": "int",
-               "conversion?": "dict", "onnx?": "dict|null"},
-    "io": "dict", "files": "dict[str]",
-    "golden": {"file": "str", "count": "int", "batch": "int", "reference": "str", "rollout?": "int",
-               "bounds?": "int", "episodes?": "int", "seed?": "int", "sequences?": "dict"},
-    "precision_sweep?": "dict|null",
-}
-"""The manifest's fields and JSON types (the same as msrl_consistent.manifest.Manifest; a test keeps them equal)."""
 
 
 def _kind_ok(v: Any, kind: str) -> bool:

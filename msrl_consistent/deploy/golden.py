@@ -9,7 +9,7 @@ from typing import Dict, Tuple
 import numpy as np
 
 from .errors import ExportError, _one_line
-from .fields import _short, column_n
+from .fields import _short
 
 
 def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:
@@ -25,9 +25,10 @@ def read_golden_arrays(export) -> Dict[str, np.ndarray]:  # noqa: C901  (each .n
     name = export.golden_file
     path = export.path(name)
     n = export.golden_count
-    want: Dict[str, Tuple[tuple, np.dtype]] = {"obs": ((n, export.obs_dim), np.dtype(export.input_dtype)),
-            "actions": (((n,), np.dtype(np.int32)) if export.act_kind == "Discrete"
-                        else ((n, export.n_actions), np.dtype(np.int32 if export.discrete else np.float32)))}
+    spec = export.spec
+    want: Dict[str, Tuple[tuple, np.dtype]] = {"obs": ((n, spec.obs_dim), np.dtype(spec.input_dtype)),
+            "actions": (((n,), np.dtype(np.int32)) if spec.act_kind == "Discrete"
+                        else ((n, spec.n_actions), np.dtype(np.int32 if spec.discrete else np.float32)))}
     if export.state_size:
         want.update(episode_starts=((n,), np.dtype(np.float32)), h=((n, export.state_size), np.dtype(np.float32)),
                     c=((n, export.state_size), np.dtype(np.float32)))
@@ -49,7 +50,7 @@ def read_golden_arrays(export) -> Dict[str, np.ndarray]:  # noqa: C901  (each .n
                         raise ExportError(f"{name}: '{key}' has .npy format {version}, expected 1.0 or 2.0")
                 if hdtype.hasobject or hdtype.newbyteorder("=") != dtype.newbyteorder("=") or hdtype.byteorder == ">":
                     raise ExportError(f"{name}: '{key}' has dtype {hdtype}, expected {dtype} (manifest: "
-                                      f"{export.act_kind} actions)")
+                                      f"{spec.act_kind} actions)")
                 if tuple(hshape) != shape:
                     raise ExportError(f"{name}: '{key}' has shape {tuple(hshape)}, but the manifest gives {shape}")
                 nbytes = int(np.prod(shape)) * dtype.itemsize
@@ -65,17 +66,18 @@ def read_golden_arrays(export) -> Dict[str, np.ndarray]:  # noqa: C901  (each .n
         raise ExportError(f"{name}: not a readable golden set ({_one_line(exc)})") from None
     if not np.isfinite(obs).all():
         raise ExportError(f"{name}: 'obs' holds non-finite values")
-    cols = column_n(export.obs_n, export.obs_parts, export.obs_dim)
+    cols = spec.column_n
     if cols.any():
         idx = obs[:, cols > 0]
         if (idx < 0).any() or (idx >= cols[cols > 0]).any() or (idx != np.round(idx)).any():
             raise ExportError(f"{name}: 'obs' holds values that are not indices of the Discrete observation "
                               f"space(s) or image pixels 0..255 {_short(sorted(set(cols[cols > 0].tolist())))}")
-    if export.nvec is not None and (actions.min() < 0 or (actions >= export.nvec).any()):
-        raise ExportError(f"{name}: 'actions' holds values outside 0..nvec-1 (nvec {export.nvec.tolist()})")
-    elif export.nvec is None and export.discrete and (actions.min() < 0 or actions.max() >= export.n_actions):
-        raise ExportError(f"{name}: 'actions' holds indices outside 0..{export.n_actions - 1}")
-    if not export.discrete and not np.isfinite(actions).all():
+    nvec = np.asarray(spec.nvec, np.int64)
+    if spec.nvec and (actions.min() < 0 or (actions >= nvec).any()):
+        raise ExportError(f"{name}: 'actions' holds values outside 0..nvec-1 (nvec {nvec.tolist()})")
+    elif not spec.nvec and spec.discrete and (actions.min() < 0 or actions.max() >= spec.n_actions):
+        raise ExportError(f"{name}: 'actions' holds indices outside 0..{spec.n_actions - 1}")
+    if not spec.discrete and not np.isfinite(actions).all():
         raise ExportError(f"{name}: 'actions' holds non-finite values")
     if export.state_size:
         starts = arrays["episode_starts"].reshape(export.golden_steps, export.golden_lanes)
@@ -84,5 +86,5 @@ def read_golden_arrays(export) -> Dict[str, np.ndarray]:  # noqa: C901  (each .n
         for key in ("h", "c"):
             if not np.isfinite(arrays[key]).all():
                 raise ExportError(f"{name}: '{key}' holds non-finite values")
-    arrays["obs"] = np.ascontiguousarray(obs, export.input_dtype)
+    arrays["obs"] = np.ascontiguousarray(obs, spec.input_dtype)
     return {k: np.ascontiguousarray(v) for k, v in arrays.items()}

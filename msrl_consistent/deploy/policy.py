@@ -5,12 +5,11 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from .backends import Runner, make_runner
+from .backends import Runner, by_preference, canonical_backend, make_runner
 from .errors import BackendUnavailable, ExportError
 from .frames import FrameStack, MaxAndSkip
 from .guard import Guard
 from .inputs import Inputs
-from .names import INSTALL, canonical_backend
 from .reader import Export, open_export
 from .recurrent import RecurrentState, check_starts, check_state
 from .spaces import SpaceSpec
@@ -202,23 +201,9 @@ class ExportPolicy(Policy):
 
 
 def available_backends(export: Export) -> List[str]:
-    """Backends whose model file the export holds and whose library imports here, best first."""
-    import importlib.util
-
-    from . import lite
-    out = []
-    for b, module in (("om", "ais_bench"), ("om", "aclruntime"), ("mindspore_lite", None),
-                      ("onnxruntime", "onnxruntime"), ("mindspore", "mindspore")):
-        name = export.model_file(b)
-        if name not in export.files or b in out:
-            continue
-        if module is None:  # Lite: installed, and the export holds a model it reads (not MindSpore 2.10's MindIR)
-            here = lite.available() and lite.reads(export.path(name))
-        else:
-            here = importlib.util.find_spec(module) is not None
-        if here:
-            out.append(b)
-    return out
+    """Backends whose model file the export holds and whose library imports here, best first
+    (each entry's ``preference``)."""
+    return [b.name for b in by_preference() if b.here(export)]
 
 
 def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = False, fallback: Optional[str] = "auto",
@@ -234,13 +219,13 @@ def load(directory: str = ".", backend: Optional[str] = None, *, guard: bool = F
     calls over ``latency_budget_ms`` move every later call to the fallback. Counters: ``guard_stats()``.
     ``pin=True`` (Lite's CPU target): Lite's threads and the calling thread bound to one core, for good.
     """
-    export = open_export(directory, None, hashes=check_hashes, golden=False)
+    export = open_export(directory, hashes=check_hashes, golden=False)
     if backend is None:
         found = available_backends(export)
         if not found:
             raise BackendUnavailable(f"no backend for this export is installed (exported: "
-                                     f"{', '.join(sorted(export.files))}); install one of: onnxruntime "
-                                     f"({INSTALL['onnxruntime']}), {INSTALL['mindspore_lite']}, {INSTALL['om']}")
+                                     f"{', '.join(sorted(export.files))}); install one of: "
+                                     f"{_install_hints()}")
         backend = found[0]
     backend = canonical_backend(backend)
     policy = ExportPolicy(export, make_runner(export, backend, target=target, device_id=device_id,
@@ -272,3 +257,8 @@ def auto_fallback(export: Export, primary: str) -> Optional[str]:
     export holds and whose library imports here (:func:`available_backends`), or None."""
     others = [b for b in available_backends(export) if b != primary]
     return others[0] if others else None
+
+
+def _install_hints() -> str:
+    """How to install each backend a board can deploy on (not the training engine), the lightest first."""
+    return "; ".join(f"{b.name}: {b.install}" for b in reversed(by_preference()) if not b.same_engine)

@@ -13,24 +13,11 @@ import numpy as np
 
 from .errors import ExportError, _one_line
 from .fields import _bounds, _dict_parts, _Fields, _is_int, _short, _width, check_schema, plain_name
+from .formats import FORMAT_FILE
 from .frames import FrameStack, MaxAndSkip
 from .golden import read_golden, read_golden_arrays
 from .graph_io import graph_inputs, multi_input, obs_inputs, read_inputs_io
-from .names import (
-    FORMAT_FILE,
-    MANIFEST,
-    MAX_BATCH,
-    MAX_DIM,
-    MAX_FILES,
-    MAX_GOLDEN,
-    MAX_MANIFEST_BYTES,
-    MAX_ROW_BYTES,
-    MODEL_FILES,
-    SCHEMA_VERSION,
-    canonical_backend,
-    default_atol,
-    memory_bytes,
-)
+from .names import MANIFEST, MAX_BATCH, MAX_DIM, MAX_FILES, MAX_GOLDEN, MAX_MANIFEST_BYTES, MAX_ROW_BYTES, SCHEMA_VERSION, memory_bytes
 from .recurrent import read_state_io
 from .spaces import SpaceSpec
 
@@ -49,100 +36,18 @@ class Export:
         check_schema(manifest)
         self.algorithm = f.get("algorithm", "str")
         self.env_id = f.get("env_id", "str")
-        self._observation(f, manifest)
-        self._action(f)
+        _check_observation(f, manifest)
+        _check_action(f)
+        self.spec = SpaceSpec.from_json(manifest["spaces"])  # the spaces, now known to be well-formed
         self._export(f, manifest)
         self._io(f)
         self._files(f)
         self._golden_info(f)
-        self.spec = SpaceSpec.from_json(manifest["spaces"])  # the spaces, now known to be well-formed
 
-    def _observation(self, f: _Fields, manifest: dict) -> None:
-        """spaces.observation: its type, frame stacking, max-and-skip, layout, shape, bounds."""
-        self.obs_type = f.get("spaces.observation.type", "str")
-        if self.obs_type not in ("Box", "Discrete", "Dict", "Image"):
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' is {_short(self.obs_type)}, expected Box, "
-                              f"Discrete, Dict or Image")
-        self.obs_type = self.obs_type
-        fs = manifest["spaces"]["observation"].get("frame_stack") if isinstance(manifest["spaces"].get("observation"), dict) else None
-        self.frame_stack = 1
-        if fs is not None:
-            if (not isinstance(fs, dict) or fs.get("kind") != FrameStack.KIND or fs.get("order") != FrameStack.ORDER
-                    or not _is_int(fs.get("k")) or not 2 <= fs["k"] <= 64 or self.obs_type not in ("Box", "Image")):
-                raise ExportError(f"{MANIFEST}: field 'spaces.observation.frame_stack' is {_short(fs)}, expected "
-                                  f"{{'kind': 'frame_stack', 'k': 2..64, 'order': 'oldest_first'}} on a Box or Image")
-            self.frame_stack = fs["k"]
-        obs_d = manifest["spaces"].get("observation")
-        ms_ = obs_d.get("max_and_skip") if isinstance(obs_d, dict) else None
-        self.max_and_skip = 1
-        if ms_ is not None:
-            if (not isinstance(ms_, dict) or ms_.get("kind") != MaxAndSkip.KIND or ms_.get("pool") != MaxAndSkip.POOL
-                    or not _is_int(ms_.get("skip")) or not 2 <= ms_["skip"] <= 64 or self.obs_type != "Image"):
-                raise ExportError(f"{MANIFEST}: field 'spaces.observation.max_and_skip' is {_short(ms_)}, expected "
-                                  f"{{'kind': 'max_and_skip', 'skip': 2..64, 'pool': 'max_last_2'}} on an Image")
-            self.max_and_skip = ms_["skip"]
-        self.image_layout = None
-        if self.obs_type == "Image":
-            self.image_layout = f.get("spaces.observation.layout", "str")
-            if self.image_layout not in ("HWC", "CHW") or f.get("spaces.observation.dtype", "str") != "uint8":
-                raise ExportError(f"{MANIFEST}: an Image observation needs 'layout' HWC or CHW and dtype uint8")
-        self.input_dtype = "uint8" if self.obs_type == "Image" else "float32"
-        self.obs_n = f.int_in("spaces.observation.n", 1, MAX_DIM) if self.obs_type == "Discrete" else 0
-        self.obs_parts = _dict_parts(f) if self.obs_type == "Dict" else None
-        shape = f.get("spaces.observation.shape", "list")
-        if self.obs_parts is not None and shape != [sum(_width(p) for p in self.obs_parts)]:
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, but the Dict keys "
-                              f"hold {sum(_width(p) for p in self.obs_parts)} values")
-        if self.obs_type == "Discrete" and shape != [1]:
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected [1] for a "
-                              f"Discrete observation (its index)")
-        if not shape or len(shape) > 32 or not all(_is_int(s) and 1 <= s <= MAX_DIM for s in shape):
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected 1 to 32 "
-                              f"sizes of 1..{MAX_DIM}")
-        self.frame_shape = tuple(shape)
-        self.frame_dim = math.prod(shape)
-        self.obs_dim = self.frame_dim * self.frame_stack  # the model's input row: k frames
-        self.row_bytes = self.obs_dim * (1 if self.input_dtype == "uint8" else 4)
-        if self.row_bytes > MAX_ROW_BYTES:
-            raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)} (x {self.frame_stack} "
-                              f"stacked): one observation row of {self.row_bytes} bytes, at most {MAX_ROW_BYTES}")
-        if self.obs_type != "Image":
-            self.obs_low = _bounds(f, "spaces.observation.low", self.frame_dim, False)
-            self.obs_high = _bounds(f, "spaces.observation.high", self.frame_dim, False)
-
-    def _action(self, f: _Fields) -> None:
-        """spaces.action: Discrete, MultiBinary, MultiDiscrete or Box with its bounds."""
-        self.act_kind = f.get("spaces.action.type", "str")
-        self.act_low = self.act_high = None
-        self.nvec: Optional[np.ndarray] = None  # MultiDiscrete / MultiBinary: choices per dimension
-        if self.act_kind == "Discrete":
-            self.discrete = True
-            self.n_actions = f.int_in("spaces.action.n", 1, MAX_DIM)
-        elif self.act_kind == "MultiBinary":
-            self.discrete = True
-            self.n_actions = f.int_in("spaces.action.n", 1, MAX_DIM)
-            self.nvec = np.full(self.n_actions, 2, np.int64)
-        elif self.act_kind == "MultiDiscrete":
-            self.discrete = True
-            nvec = f.get("spaces.action.nvec", "list")
-            if not nvec or len(nvec) > MAX_DIM or not all(_is_int(v) and 1 <= v <= MAX_DIM for v in nvec):
-                raise ExportError(f"{MANIFEST}: field 'spaces.action.nvec' is {_short(nvec)}, expected 1..{MAX_DIM} "
-                                  f"positive choice counts")
-            self.nvec = np.asarray(nvec, np.int64)
-            self.n_actions = len(nvec)
-        elif self.act_kind == "Box":
-            self.discrete = False
-            ashape = f.get("spaces.action.shape", "list")
-            if len(ashape) != 1 or not _is_int(ashape[0]) or not 1 <= ashape[0] <= MAX_DIM:
-                raise ExportError(f"{MANIFEST}: field 'spaces.action.shape' is {_short(ashape)}, expected [n]")
-            self.n_actions = ashape[0]
-            self.act_low = _bounds(f, "spaces.action.low", self.n_actions, True)
-            self.act_high = _bounds(f, "spaces.action.high", self.n_actions, True)
-            if (self.act_low > self.act_high).any():
-                raise ExportError(f"{MANIFEST}: field 'spaces.action.low' exceeds 'spaces.action.high'")
-        else:
-            raise ExportError(f"{MANIFEST}: field 'spaces.action.type' is {_short(self.act_kind)}, expected Discrete, Box, "
-                              f"MultiDiscrete or MultiBinary")
+    @property
+    def obs_dim(self) -> int:
+        """The model input row's width (the spec's: k stacked observations)."""
+        return self.spec.obs_dim
 
     def _export(self, f: _Fields, manifest: dict) -> None:
         """export: formats, precision, the fixed or dynamic batch, the golden batch, ONNX batch."""
@@ -183,7 +88,7 @@ class Export:
         """io: the model input and output names, shapes and dtypes, consistent with the spaces (a
         Dict with image keys: ``io.inputs``, one input per key kind, graph_io)."""
         want_b = None if self.batch is None else self.batch
-        self.obs_inputs = obs_inputs(self)
+        self.obs_inputs = obs_inputs(self.spec)
         if multi_input(self.obs_inputs):
             read_inputs_io(f, self.obs_inputs, want_b)
         else:
@@ -191,19 +96,19 @@ class Export:
             if in_shape != [want_b, self.obs_dim]:
                 raise ExportError(f"{MANIFEST}: field 'io.input.shape' is {_short(in_shape)}, but the observation "
                                   f"space and export batch give {_short([want_b, self.obs_dim])}")
-            if f.get("io.input.dtype", "str") != self.input_dtype:
-                raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be {self.input_dtype} for a "
-                                  f"{self.obs_type} observation")
+            if f.get("io.input.dtype", "str") != self.spec.input_dtype:
+                raise ExportError(f"{MANIFEST}: field 'io.input.dtype' must be {self.spec.input_dtype} for a "
+                                  f"{self.spec.obs_kind} observation")
             f.get("io.input.name", "str")
         out_shape = f.get("io.output.shape", "list")
-        want_out = [want_b] + ([] if self.act_kind == "Discrete" else [self.n_actions])
+        want_out = [want_b] + ([] if self.spec.act_kind == "Discrete" else [self.spec.n_actions])
         if out_shape != want_out:
             raise ExportError(f"{MANIFEST}: field 'io.output.shape' is {_short(out_shape)}, but the action space "
                               f"and export batch give {_short(want_out)}")
         out_dtype = f.get("io.output.dtype", "str")
-        if out_dtype != ("int32" if self.discrete else "float32"):
+        if out_dtype != ("int32" if self.spec.discrete else "float32"):
             raise ExportError(f"{MANIFEST}: field 'io.output.dtype' is {_short(out_dtype)}, but the action space "
-                              f"is {self.act_kind}")
+                              f"is {self.spec.act_kind}")
         self.state_size = read_state_io(f, want_b)  # a recurrent graph's h and c units (0: none)
         self.graph_inputs = graph_inputs(self.obs_inputs, self.state_size)
 
@@ -238,8 +143,9 @@ class Export:
             if self.golden_lanes != self.golden_batch or self.golden_lanes * self.golden_steps != self.golden_count:
                 raise ExportError(f"{MANIFEST}: 'golden.sequences' {self.golden_lanes} lanes x {self.golden_steps} steps "
                                   f"must give 'golden.count' {self.golden_count} at 'golden.batch' {self.golden_batch}")
-        row_out = 4 * (1 if self.act_kind == "Discrete" else self.n_actions) + 4 * (2 * self.state_size + 1 if self.state_size else 0)
-        nbytes = self.golden_count * (self.row_bytes + row_out)
+        spec = self.spec
+        row_out = 4 * (1 if spec.act_kind == "Discrete" else spec.n_actions) + 4 * (2 * self.state_size + 1 if self.state_size else 0)
+        nbytes = self.golden_count * (spec.obs_dim * np.dtype(spec.input_dtype).itemsize + row_out)
         if nbytes > memory_bytes() // 2:
             raise ExportError(f"{MANIFEST}: the golden set declares {self.golden_count} x {self.obs_dim} values "
                               f"({nbytes} bytes; half of this machine's memory is {memory_bytes() // 2})")
@@ -264,22 +170,6 @@ class Export:
     def dynamic(self) -> bool:
         return self.batch is None
 
-    def model_file(self, backend: str) -> str:
-        """The file ``backend`` runs: the first of its MODEL_FILES this export holds (else the first)."""
-        names = MODEL_FILES[backend]
-        return next((n for n in names if n in self.files), names[0])
-
-    def fixed_batch(self, backend: str) -> Optional[int]:
-        """The batch the backend's artifact must be called with (None: any)."""
-        if backend == "onnxruntime" or self.model_file(backend) == FORMAT_FILE["lite"]:  # Lite's converted actor.onnx
-            return self.onnx_batch
-        if backend == "om":
-            return self.golden_batch
-        return self.batch
-
-    def default_atol(self, backend: str) -> float:
-        return default_atol(backend, self.precision)
-
     def golden(self) -> Tuple[np.ndarray, np.ndarray]:
         """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
         return read_golden(self)
@@ -292,6 +182,78 @@ class Export:
         return {k: v.reshape(shape + v.shape[1:]) for k, v in arrays.items()}
 
     # -- golden set ---------------------------------------------------------------------------
+
+def _check_observation(f: _Fields, manifest: dict) -> None:
+    """spaces.observation: its type, frame stacking, max-and-skip, layout, shape and bounds are
+    well-formed, and one row of it is of bounded size (before the SpaceSpec allocates its bounds)."""
+    obs_type = f.get("spaces.observation.type", "str")
+    if obs_type not in ("Box", "Discrete", "Dict", "Image"):
+        raise ExportError(f"{MANIFEST}: field 'spaces.observation.type' is {_short(obs_type)}, expected Box, "
+                          f"Discrete, Dict or Image")
+    obs_d = manifest["spaces"].get("observation")
+    fs = obs_d.get("frame_stack") if isinstance(obs_d, dict) else None
+    frame_stack = 1
+    if fs is not None:
+        if (not isinstance(fs, dict) or fs.get("kind") != FrameStack.KIND or fs.get("order") != FrameStack.ORDER
+                or not _is_int(fs.get("k")) or not 2 <= fs["k"] <= 64 or obs_type not in ("Box", "Image")):
+            raise ExportError(f"{MANIFEST}: field 'spaces.observation.frame_stack' is {_short(fs)}, expected "
+                              f"{{'kind': 'frame_stack', 'k': 2..64, 'order': 'oldest_first'}} on a Box or Image")
+        frame_stack = fs["k"]
+    ms_ = obs_d.get("max_and_skip") if isinstance(obs_d, dict) else None
+    if ms_ is not None and (not isinstance(ms_, dict) or ms_.get("kind") != MaxAndSkip.KIND
+                            or ms_.get("pool") != MaxAndSkip.POOL or not _is_int(ms_.get("skip"))
+                            or not 2 <= ms_["skip"] <= 64 or obs_type != "Image"):
+        raise ExportError(f"{MANIFEST}: field 'spaces.observation.max_and_skip' is {_short(ms_)}, expected "
+                          f"{{'kind': 'max_and_skip', 'skip': 2..64, 'pool': 'max_last_2'}} on an Image")
+    if obs_type == "Image":
+        layout = f.get("spaces.observation.layout", "str")
+        if layout not in ("HWC", "CHW") or f.get("spaces.observation.dtype", "str") != "uint8":
+            raise ExportError(f"{MANIFEST}: an Image observation needs 'layout' HWC or CHW and dtype uint8")
+    if obs_type == "Discrete":
+        f.int_in("spaces.observation.n", 1, MAX_DIM)
+    obs_parts = _dict_parts(f) if obs_type == "Dict" else None
+    shape = f.get("spaces.observation.shape", "list")
+    if obs_parts is not None and shape != [sum(_width(p) for p in obs_parts)]:
+        raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, but the Dict keys "
+                          f"hold {sum(_width(p) for p in obs_parts)} values")
+    if obs_type == "Discrete" and shape != [1]:
+        raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected [1] for a "
+                          f"Discrete observation (its index)")
+    if not shape or len(shape) > 32 or not all(_is_int(s) and 1 <= s <= MAX_DIM for s in shape):
+        raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)}, expected 1 to 32 "
+                          f"sizes of 1..{MAX_DIM}")
+    frame_dim = math.prod(shape)
+    row_bytes = frame_dim * frame_stack * (1 if obs_type == "Image" else 4)  # the model's input row: k frames
+    if row_bytes > MAX_ROW_BYTES:
+        raise ExportError(f"{MANIFEST}: field 'spaces.observation.shape' is {_short(shape)} (x {frame_stack} "
+                          f"stacked): one observation row of {row_bytes} bytes, at most {MAX_ROW_BYTES}")
+    if obs_type != "Image":
+        _bounds(f, "spaces.observation.low", frame_dim, False)
+        _bounds(f, "spaces.observation.high", frame_dim, False)
+
+
+def _check_action(f: _Fields) -> None:
+    """spaces.action: Discrete, MultiBinary, MultiDiscrete or Box with its bounds, well-formed."""
+    act_kind = f.get("spaces.action.type", "str")
+    if act_kind in ("Discrete", "MultiBinary"):
+        f.int_in("spaces.action.n", 1, MAX_DIM)
+    elif act_kind == "MultiDiscrete":
+        nvec = f.get("spaces.action.nvec", "list")
+        if not nvec or len(nvec) > MAX_DIM or not all(_is_int(v) and 1 <= v <= MAX_DIM for v in nvec):
+            raise ExportError(f"{MANIFEST}: field 'spaces.action.nvec' is {_short(nvec)}, expected 1..{MAX_DIM} "
+                              f"positive choice counts")
+    elif act_kind == "Box":
+        ashape = f.get("spaces.action.shape", "list")
+        if len(ashape) != 1 or not _is_int(ashape[0]) or not 1 <= ashape[0] <= MAX_DIM:
+            raise ExportError(f"{MANIFEST}: field 'spaces.action.shape' is {_short(ashape)}, expected [n]")
+        act_low = _bounds(f, "spaces.action.low", ashape[0], True)
+        act_high = _bounds(f, "spaces.action.high", ashape[0], True)
+        if (act_low > act_high).any():
+            raise ExportError(f"{MANIFEST}: field 'spaces.action.low' exceeds 'spaces.action.high'")
+    else:
+        raise ExportError(f"{MANIFEST}: field 'spaces.action.type' is {_short(act_kind)}, expected Discrete, Box, "
+                          f"MultiDiscrete or MultiBinary")
+
 
 def _inside(directory: str, root: str, name: str, prefix: str = "") -> str:
     path = os.path.join(directory, name)
@@ -340,26 +302,14 @@ def read_manifest_json(directory: str) -> dict:
     return d
 
 
-def open_export(directory: str, backend: Optional[str] = None, hashes: bool = True, golden: bool = True,
-                manifest: Optional[dict] = None) -> Export:
+def open_export(directory: str, hashes: bool = True, golden: bool = True, manifest: Optional[dict] = None) -> Export:
     """Validate an export directory before anything runs: manifest fields and their consistency,
-    file names, presence and sha256, golden set headers; raises ExportError (exit 2). The
-    backend's model file must be listed; loading it is :func:`make_runner`'s job."""
+    file names, presence and sha256, golden set headers; raises ExportError (exit 2). Whether a
+    backend's model file is there and loads is :func:`~.backends.make_runner`'s job."""
     export = Export(directory, read_manifest_json(directory) if manifest is None else manifest)
     if hashes:
         export.check_hashes()
     if golden:
         export.golden()
-    if backend is not None:
-        require_model_file(export, canonical_backend(backend))
     return export
 
-
-def require_model_file(export: Export, backend: str) -> None:
-    """The model file ``backend`` runs is in the export, or an ExportError naming it (exit 2)."""
-    name = export.model_file(backend)
-    if name not in export.files:
-        fmt = next(f for f, n in FORMAT_FILE.items() if n == name)
-        hint = f"; export again with --format {fmt}" if fmt != "om" else ""
-        raise ExportError(f"{name}: not in this export (formats: {', '.join(export.formats)}), needed by "
-                          f"backend {backend}{hint}")

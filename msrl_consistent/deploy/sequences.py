@@ -133,7 +133,7 @@ def sequence_check(policy: Any, export: Any, atol: float) -> dict:
     run = run_sequences(policy, g["obs"], g["episode_starts"])
     res: Dict[str, Any] = {"sequences": {"lanes": lanes, "steps": steps}, "count": steps * lanes}
     act = compare_actions(run["actions"].reshape((steps * lanes,) + run["actions"].shape[2:]),
-                          g["actions"].reshape((steps * lanes,) + g["actions"].shape[2:]), export.discrete, atol)
+                          g["actions"].reshape((steps * lanes,) + g["actions"].shape[2:]), export.spec.discrete, atol)
     if act.get("shape_mismatch"):
         res.update(passed=False, first_mismatch=0, output_mismatch=(
             f"artifact returns actions of shape {act['pred_shape']}, the training cell {act['ref_shape']}"))

@@ -131,8 +131,7 @@ class SpaceSpec:
         else:
             obs_low = np.tile(np.asarray(_unjson(o["low"]), dtype=np.float32), k)
             obs_high = np.tile(np.asarray(_unjson(o["high"]), dtype=np.float32), k)
-        parts = tuple(row_order((k, o["spaces"][k]["type"], int(o["spaces"][k].get("n", 0)) if
-                                 o["spaces"][k]["type"] != "Image" else PIXEL_VALUES,
+        parts = tuple(row_order((k, o["spaces"][k]["type"], _part_n(o["spaces"][k]),
                                  tuple(o["spaces"][k].get("shape", [1]))) for k in o.get("keys", [])))
         ob = dict(obs_kind=o["type"], obs_n=int(o.get("n", 0)), obs_parts=parts, frame_stack=k,
                   image_layout=o.get("layout", ""), max_and_skip=int(o.get("max_and_skip", {}).get("skip", 1)))
@@ -160,6 +159,11 @@ class SpaceSpec:
             idx = np.floor(rng.random((n, self.obs_dim)) * np.maximum(cols, 1))
             return np.where(cols > 0, idx, x).astype(np.float32)
         return rng.uniform(low, high, (n, self.obs_dim)).astype(np.float32)
+
+
+def _part_n(sub: dict) -> int:
+    """A Dict key's ``n`` in obs_parts: a Discrete key's choices, an image key's PIXEL_VALUES, 0 for a Box."""
+    return {"Discrete": int(sub.get("n", 0)), "Image": PIXEL_VALUES}.get(sub["type"], 0)
 
 
 def _part_json(kind: str, n: int, shape) -> dict:

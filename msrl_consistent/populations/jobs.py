@@ -38,7 +38,7 @@ from msrl_consistent.populations import (
     population_summary,
     read_population,
 )
-from msrl_consistent.run_context import NonFiniteError, TrainingInterrupted
+from msrl_consistent.run_context import TrainingInterrupted, TrainingStopped
 
 GROUP_THREADS = 1
 """MindSpore kernel threads per group process: J single-threaded processes on J cores."""
@@ -160,9 +160,9 @@ def group_main(argv: Sequence[str]) -> int:
         cls.build(configs, dirs, args.run_dir, resume=args.resume, whole=False).learn(args.progress)
     except TrainingInterrupted as exc:
         return exc.exit_code
-    except NonFiniteError as exc:
+    except TrainingStopped as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except (ConfigError, CheckpointError) as exc:
         print(f"msrl: error: {exc}", file=sys.stderr)
         return 2

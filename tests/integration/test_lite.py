@@ -15,7 +15,7 @@ from helpers import board, msrl
 
 from msrl_consistent.cli import main
 from msrl_consistent.deploy import BackendUnavailable, ExportError, lite
-from msrl_consistent.export import exporter
+from msrl_consistent.export import writers
 from msrl_consistent.export.exporter import export_run
 from msrl_consistent.export.preflight import PreflightError, preflight
 from msrl_consistent.export.verify import verify_export
@@ -274,13 +274,13 @@ def test_the_atc_preflight_names_what_atc_would_refuse(lite_exports, cartpole_ru
     m = json.load(open(out / "manifest.json"))
     assert m["export"]["conversion"]["atc_preflight"]["passed"] and "actor.om" not in m["files"]
     assert "ATC pre-flight passed" in capsys.readouterr().out
-    real = exporter.write_onnx
+    real = writers.write_onnx
 
     def write_planted(cell, inputs, batch, path, **kw):
         info = real(cell, inputs, batch, path, **kw)
         _with_op(path, path, "Unique", lambda mdl: [mdl.graph.input[0].name])
         return info
-    monkeypatch.setattr(exporter, "write_onnx", write_planted)
+    monkeypatch.setattr(writers, "write_onnx", write_planted)
     bad_out = tmp_path / "pre-bad"
     assert main(["export", cartpole_run, "--out", str(bad_out), "--format", "om", "--preflight-only"]) == 2
     err = capsys.readouterr().err

@@ -15,7 +15,7 @@ from msrl_consistent import deploy
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import recurrent as rec
 from msrl_consistent.deploy.graph_io import ObsInput, graph_inputs
-from msrl_consistent.export import exporter
+from msrl_consistent.export import exporter, writers
 from msrl_consistent.export.om import atc_command
 from msrl_consistent.export.verify import verify_export
 
@@ -140,8 +140,8 @@ def test_a_fixed_initial_state_inside_the_graph_is_named(exported, monkeypatch, 
         def construct(self, obs, h, c, episode_start):
             return self.cell(obs, h * 0.0, c * 0.0, episode_start)
 
-    write = exporter.write_mindir
-    monkeypatch.setattr(exporter, "write_mindir", lambda cell, *a, **k: write(FixedState(cell), *a, **k))
+    write = writers.write_mindir
+    monkeypatch.setattr(writers, "write_mindir", lambda cell, *a, **k: write(FixedState(cell), *a, **k))
     bad = str(tmp_path / "fixed")
     exporter.export_run(run_dir, bad, golden=64)
     r = verify_export(bad, backend="mindspore", episodes=0, write_report=False)
