@@ -236,11 +236,13 @@ def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None, ranks: Optional[
     the failure is read in this order: (1) msrun's own report of the first worker it saw exit
     (``msrun.log``: pid and exit code; the pid is mapped to the rank through
     ``ranks_dir/<rank>.json``); (2) worker logs holding a Python traceback; (3) only when
-    neither names a rank, the scheduler's heartbeat time-out (node 0's log). ``ranks``: the
-    ranks whose pids this log directory's msrun started (this node's). The scheduler alone cannot tell
+    neither names a rank, the scheduler's heartbeat time-out. The scheduler alone cannot tell
     the worker that died from the ones msrun killed right after it (every one of them stops
     sending heartbeats within about a second, and the scheduler reports whichever lapses
-    first), so it is never the first source.
+    first), so on one host it is never the first source. Several hosts: ``ranks`` are this
+    node's (the ones this log directory's msrun started); node 0's scheduler naming another
+    node's rank as timed out comes first (its own msrun killed it and this node's workers
+    then failed in a collective: their errors are consequences).
     """
     worker_errors = {}
     for path in sorted(glob.glob(os.path.join(log_dir, "worker_*.log"))):
@@ -259,10 +261,15 @@ def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None, ranks: Optional[
             out.append({"rank": rank, "error": f"exited first ({_exit_text(code)})" + (f": {detail}" if detail else "")})
     out += [{"rank": r, "error": e} for r, e in sorted(worker_errors.items())]
     sched = os.path.join(log_dir, "scheduler.log")
-    if not out and os.path.isfile(sched):
-        text = open(sched, "r", errors="replace").read()
-        for r in sorted({int(x) for x in re.findall(r"The node: (\d+) is timed out", text)}):
-            out.append({"rank": r, "error": "the worker stopped responding (killed, or crashed without a Python error)"})
+    text = open(sched, "r", errors="replace").read() if os.path.isfile(sched) else ""
+    timed_out = sorted({int(x) for x in re.findall(r"The node: (\d+) is timed out", text)})
+    away = [r for r in timed_out if ranks is not None and r not in ranks]
+    if away:
+        return [{"rank": r, "error": "the worker stopped responding (on another node: that node's launcher and "
+                                     "msrun_logs/node<N>/ name the cause)"} for r in away] + out
+    if not out:
+        out = [{"rank": r, "error": "the worker stopped responding (killed, or crashed without a Python error)"}
+               for r in timed_out]
     return out
 
 

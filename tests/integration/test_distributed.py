@@ -330,3 +330,28 @@ def test_sigterm_to_one_node_stops_both_and_two_node_resume_is_exact(tmp_path):
     assert json.load(open(run / "summary.json"))["num_timesteps"] == 16384
     events = [json.loads(line).get("event") for line in open(run / "metrics.jsonl")]
     assert events.count("interrupted") == 1 and events.count("resumed") == 1 and events[-1] == "finished"
+
+
+@pytest.mark.slow
+def test_dead_worker_on_one_node_named_by_both(tmp_path):
+    # rank 1 (node 1's worker) SIGKILLed: node 1's launcher names it from its msrun; node 0's
+    # worker fails in the next collective and its launcher names rank 1 from the scheduler first
+    run = tmp_path / "run"
+    port = free_port()
+    args = ("train", CONFIG, "--run-dir", str(run), "--total-timesteps", str(10 ** 6), "--set", "eval.freq=0", "--set",
+            "eval.episodes=1", "--set", "checkpoint.freq=2048", "--set", "checkpoint.keep=1000")
+    procs = [subprocess.Popen(node_cmd(r, port, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, GLOG_v="3")) for r in (0, 1)]
+    try:
+        wait_for(str(run / "checkpoints" / "step-*.safetensors"))
+        os.kill(json.load(open(run / "ranks" / "1.json"))["pid"], signal.SIGKILL)
+        errs = [p.communicate(timeout=300)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [1, 1], errs
+    assert "rank 1 failed: exited first (killed by signal SIGKILL)" in errs[1], errs[1]
+    assert "rank 1 failed: the worker stopped responding (on another node" in errs[0], errs[0]
+    assert re.findall(r"rank (\d+)", errs[0])[0] == "1", errs[0]
+    assert ckpt.newest_intact(str(run / "checkpoints")) is not None
