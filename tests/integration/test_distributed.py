@@ -294,6 +294,23 @@ def test_two_nodes_on_one_machine_match_one_host(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algo, env_id", [("dqn", "CartPole-v1"), ("sac", "Pendulum-v1")])
+def test_offpolicy_two_nodes_match_one_host(algo, env_id, tmp_path):
+    # each rank's own replay buffer and batches, on two nodes as on one host
+    config = os.path.join(CONFIGS, algo, f"{env_id}.yaml")
+    small = SMALL_OFFPOLICY + (("--set", "algo.train_freq=50", "--set", "algo.gradient_steps=10") if algo == "dqn" else ())
+    run = tmp_path / "nodes"
+    for rc, err in run_nodes("train", config, "--run-dir", str(run), "--total-timesteps", "400", "--set",
+                             "eval.freq=0", "--set", "eval.episodes=1", *small):
+        assert rc == 0, err[-3000:]
+    one = tmp_path / "one"
+    proc = launch(one, 400, config=config, extra=small)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = rank_hashes(run)
+    assert two[0] == two[1] == rank_hashes(one)[0]
+
+
+@pytest.mark.slow
 def test_sigterm_to_one_node_stops_both_and_two_node_resume_is_exact(tmp_path):
     # SIGTERM to node 1's launcher: its worker sees the signal, every rank stops at the same step
     # and checkpoints, both launchers exit 143 naming their own resume command; resumed on two
