@@ -219,7 +219,11 @@ def _rank_pids(ranks_dir: Optional[str], ranks: Optional[Iterable[int]] = None) 
 
 
 def _traceback_error(text: str) -> Optional[str]:
-    """The last error line of a worker log that holds a Python traceback, else None."""
+    """The last error line of a worker log that holds a Python traceback, or its one-line
+    ``msrl: error:`` (a check that failed in the worker), else None."""
+    refused = re.findall(r"^msrl: error: (.+)$", text, re.M)
+    if refused:
+        return refused[-1].strip()
     if "Traceback (most recent call last)" not in text and "WorkerDied" not in text:
         return None
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[WARNING]")

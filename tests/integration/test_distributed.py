@@ -372,3 +372,22 @@ def test_dead_worker_on_one_node_named_by_both(tmp_path):
     assert "rank 1 failed: the worker stopped responding (on another node" in errs[0], errs[0]
     assert re.findall(r"rank (\d+)", errs[0])[0] == "1", errs[0]
     assert ckpt.newest_intact(str(run / "checkpoints")) is not None
+
+
+@pytest.mark.slow
+def test_a_node_with_another_seed_fails_the_launch_naming_its_rank(tmp_path):
+    run = tmp_path / "run"
+    port = free_port()
+    args = ("train", CONFIG, "--run-dir", str(run), "--total-timesteps", "1024")
+    procs = [subprocess.Popen(node_cmd(r, port, *args, *(("--seed", "7") if r else ())), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(os.environ, GLOG_v="3")) for r in (0, 1)]
+    try:
+        errs = [p.communicate(timeout=300)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [1, 1], errs
+    for err in errs:
+        assert "rank(s) [1] resolved another config than rank 0" in err, err
+    assert not (run / "checkpoints").exists() or not os.listdir(run / "checkpoints")

@@ -63,6 +63,11 @@ def test_node_0_names_another_nodes_rank_the_scheduler_lost_first(tmp_path):
     assert "The state of the cluster is error" in bad[1]["error"]
 
 
+def test_a_workers_one_line_error_is_its_detail(tmp_path):
+    logs, ranks = write_logs(tmp_path, scheduler_node=0, msrun_pid=4241, worker_tracebacks={0: "msrl: error: boom\n"})
+    assert failed_ranks(logs, ranks)[0] == {"rank": 0, "error": "exited first (killed by signal SIGKILL): boom"}
+
+
 def test_worker_env_and_entry_use_the_launching_interpreter():
     env = worker_env({"PATH": "/usr/bin:/bin"}, python="/venv/bin/python")
     assert env["PATH"].split(os.pathsep)[0] == "/venv/bin" and env["MSRL_WORKER"] == "1"
