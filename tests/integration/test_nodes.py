@@ -1,6 +1,7 @@
 """Several hosts as msrun nodes (``msrl train --nodes M --node-rank R --master-addr HOST``), run as
 two launcher processes on 127.0.0.1 sharing one run directory: the parameters of one host's
 launch, signals and resume across nodes, a dead worker on another node, and the flags' errors."""
+import contextlib
 import json
 import os
 import re
@@ -21,18 +22,25 @@ def node_cmd(node_rank, port, *args, nodes=2):
             str(node_rank), "--master-addr", "127.0.0.1", "--master-port", str(port), "--quiet"]
 
 
-def run_nodes(*args, port=None):
-    """Both nodes started at once (separate processes, as on two hosts); their (returncode, stderr)."""
-    port = port or free_port()
-    procs = [subprocess.Popen(node_cmd(r, port, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, GLOG_v="3")) for r in (0, 1)]
+@contextlib.contextmanager
+def nodes(port, *args, node_args=((), ())):
+    """Both nodes started at once (separate processes, as on two hosts; ``node_args[r]`` added to
+    node r's command); any still running after the block is killed."""
+    procs = [subprocess.Popen(node_cmd(r, port, *args, *node_args[r]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=dict(os.environ, GLOG_v="3")) for r in (0, 1)]
     try:
-        errs = [p.communicate(timeout=600)[1] for p in procs]
-        return [(p.returncode, err) for p, err in zip(procs, errs)]
+        yield procs
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+
+
+def run_nodes(*args, port=None, node_args=((), ())):
+    """Both nodes to their end: their (returncode, stderr)."""
+    with nodes(port or free_port(), *args, node_args=node_args) as procs:
+        errs = [p.communicate(timeout=600)[1] for p in procs]
+    return [(p.returncode, err) for p, err in zip(procs, errs)]
 
 
 def rank_hashes(run):
@@ -108,16 +116,10 @@ def test_sigterm_to_one_node_stops_both_and_two_node_resume_is_exact(tmp_path):
     port = free_port()
     args = ("train", CONFIG, "--run-dir", str(run), "--total-timesteps", "16384", "--set", "eval.freq=0", "--set",
             "eval.episodes=1", "--set", "checkpoint.freq=2048")
-    procs = [subprocess.Popen(node_cmd(r, port, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, GLOG_v="3")) for r in (0, 1)]
-    try:
+    with nodes(port, *args) as procs:
         wait_for(str(run / "checkpoints" / "step-*.safetensors"))
         procs[1].send_signal(signal.SIGTERM)
         errs = [p.communicate(timeout=300)[1] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
     assert [p.returncode for p in procs] == [143, 143], errs
     for r, err in enumerate(errs):
         assert (f"continue with: msrl train --resume {run} --workers 2 --nodes 2 --node-rank {r} --master-addr "
@@ -146,16 +148,10 @@ def test_dead_worker_on_one_node_named_by_both(tmp_path):
     port = free_port()
     args = ("train", CONFIG, "--run-dir", str(run), "--total-timesteps", str(10 ** 6), "--set", "eval.freq=0", "--set",
             "eval.episodes=1", "--set", "checkpoint.freq=2048", "--set", "checkpoint.keep=1000")
-    procs = [subprocess.Popen(node_cmd(r, port, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, GLOG_v="3")) for r in (0, 1)]
-    try:
+    with nodes(port, *args) as procs:
         wait_for(str(run / "checkpoints" / "step-*.safetensors"))
         os.kill(json.load(open(run / "ranks" / "1.json"))["pid"], signal.SIGKILL)
         errs = [p.communicate(timeout=300)[1] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
     assert [p.returncode for p in procs] == [1, 1], errs
     assert "rank 1 failed: exited first (killed by signal SIGKILL)" in errs[1], errs[1]
     assert "rank 1 failed: the worker stopped responding (on another node" in errs[0], errs[0]
@@ -166,17 +162,9 @@ def test_dead_worker_on_one_node_named_by_both(tmp_path):
 @pytest.mark.slow
 def test_a_node_with_another_seed_fails_the_launch_naming_its_rank(tmp_path):
     run = tmp_path / "run"
-    port = free_port()
-    args = ("train", CONFIG, "--run-dir", str(run), "--total-timesteps", "1024")
-    procs = [subprocess.Popen(node_cmd(r, port, *args, *(("--seed", "7") if r else ())), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=dict(os.environ, GLOG_v="3")) for r in (0, 1)]
-    try:
-        errs = [p.communicate(timeout=300)[1] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [1, 1], errs
-    for err in errs:
+    results = run_nodes("train", CONFIG, "--run-dir", str(run), "--total-timesteps", "1024",
+                        node_args=((), ("--seed", "7")))
+    assert [rc for rc, _ in results] == [1, 1], results
+    for _, err in results:
         assert "rank(s) [1] resolved another config than rank 0" in err, err
     assert not (run / "checkpoints").exists() or not os.listdir(run / "checkpoints")
