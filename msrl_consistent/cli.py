@@ -222,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data-parallel workers launched through msrun (PPO, SAC, TD3); with --resume, the count "
                         "the run was checkpointed with resumes it exactly")
     t.add_argument("--master-port", type=int, default=8118, help="msrun master port (with --workers)")
+    t.add_argument("--nodes", type=int, metavar="M", help="with --workers N: the N workers run on M hosts, N/M each; "
+                   "run the same command on every host with its own --node-rank")
+    t.add_argument("--node-rank", type=int, metavar="R", help="with --nodes: this host's place, 0 to M-1 (node 0 "
+                   "writes the run directory's files)")
+    t.add_argument("--master-addr", metavar="HOST", help="with --nodes: node 0's address, the same on every host")
     t.add_argument("--seed", type=int, help="override the config's seed")
     t.add_argument("--seeds", metavar="SEEDS",
                    help="train one member per seed (0-4, or 0,3,7) in one process (see --jobs), a population (PPO); RUN_DIR "

@@ -1,5 +1,6 @@
-"""`msrl train`: a new run, ``--resume``, data-parallel launches, each under the run directory's
-lock (runlock). Errors are ConfigError (``msrl: error: ...``, exit 2)."""
+"""`msrl train`: a new run, ``--resume``, data-parallel launches on one host or several (this
+node's share of the cluster, cluster.py), each under the run directory's lock (runlock). Errors
+are ConfigError (``msrl: error: ...``, exit 2)."""
 from __future__ import annotations
 
 import os
@@ -7,6 +8,7 @@ import shutil
 import sys
 
 from . import runlock
+from .cluster import Cluster, from_args, run_entries
 from .config import ConfigError
 
 
@@ -16,8 +18,9 @@ def cmd_train(args) -> int:
 
     if args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: expected a positive number of workers")
+    cluster = from_args(args)
     if args.resume:
-        return _resume(args)
+        return _resume(args, cluster)
     if getattr(args, "seeds", None) is not None:
         return _train_population(args)
     if getattr(args, "sweep", None):
@@ -35,30 +38,47 @@ def cmd_train(args) -> int:
     cfg = resolve(args.config, args.seed, args.total_timesteps, overrides)
     from . import registry
     registry.get(cfg.algorithm).check_workers(cfg, args.workers)
+    if cluster.nodes > 1 and not args.run_dir:
+        raise ConfigError(f"--nodes {cluster.nodes}: needs --run-dir DIR (the same path on every node; node 0 "
+                          f"writes the run there)")
     run_dir = args.run_dir or default_run_dir(cfg)
     created = False
     if not worker:
-        if os.path.isdir(run_dir) and os.listdir(run_dir):
-            raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
+        if os.path.isdir(run_dir):
+            _check_new(run_dir, cluster)
         created = not os.path.isdir(run_dir)
         os.makedirs(run_dir, exist_ok=True)
-    with runlock.hold(run_dir):  # a launcher's workers find it held for them
-        return _train_locked(args, cfg, run_dir, worker, created)
+    with runlock.hold(run_dir, cluster.lock_file):  # a launcher's workers find it held for them
+        return _train_locked(args, cfg, run_dir, worker, created, cluster)
 
 
-def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool) -> int:
+def _check_new(run_dir: str, cluster: Cluster) -> None:
+    """A new run's directory: empty for node 0 (but for what other nodes put there, run_entries),
+    and for another node without a run of its own yet (node 0 may have written config.yaml)."""
+    import glob
+    if cluster.node_rank == 0 and run_entries(run_dir):
+        raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
+    if cluster.node_rank > 0 and (os.path.isfile(os.path.join(run_dir, "summary.json"))
+                                  or glob.glob(os.path.join(run_dir, "checkpoints", "*.safetensors"))):
+        raise ConfigError(f"run directory {run_dir} already holds a run (checkpoints); --node-rank "
+                          f"{cluster.node_rank} joins node 0's new run, or continues this one with --resume {run_dir}")
+
+
+def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool, cluster: Cluster) -> int:
     from . import registry
     from .checkpoint import atomic_write_text
     from .config import dump_config
 
     if not worker:
-        if set(os.listdir(run_dir)) - {runlock.LOCK_FILE}:  # another process started it a moment ago
-            raise ConfigError(f"run directory {run_dir} already exists and is not empty; choose another --run-dir")
-        atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
+        _check_new(run_dir, cluster)  # another process started it a moment ago
+        # node 0 writes the run's config.yaml; another node its workers' copy, beside its logs
+        config_path = os.path.join(run_dir if cluster.node_rank == 0 else cluster.log_dir(run_dir), "config.yaml")
+        os.makedirs(os.path.dirname(config_path), exist_ok=True)
+        atomic_write_text(config_path, dump_config(cfg))
         if args.workers > 1:
-            entry_args = ["train", os.path.abspath(os.path.join(run_dir, "config.yaml")), "--run-dir",
-                          os.path.abspath(run_dir), "--quiet", "--workers", str(args.workers)]
-            return _launch(args, run_dir, entry_args, f"training {cfg.algorithm} on {cfg.env.id}")
+            entry_args = ["train", os.path.abspath(config_path), "--run-dir", os.path.abspath(run_dir), "--quiet",
+                          "--workers", str(args.workers)]
+            return _launch(args, cluster, run_dir, entry_args, f"training {cfg.algorithm} on {cfg.env.id}")
     if worker:
         _init_worker(cfg)
     try:
@@ -138,7 +158,7 @@ def _learn_population(learn, run_dir: str, quiet: bool, message: str) -> int:
     return 0
 
 
-def _resume(args) -> int:
+def _resume(args, cluster: Cluster) -> int:
     run_dir = args.resume
     if args.config or args.set or args.seed is not None or args.total_timesteps is not None \
             or getattr(args, "seeds", None) is not None or getattr(args, "sweep", None):
@@ -149,11 +169,11 @@ def _resume(args) -> int:
         return _resume_population(args, run_dir)
     from .directories import RUN, expect
     expect(run_dir, RUN)
-    with runlock.hold(run_dir):
-        return _resume_locked(args, run_dir)
+    with runlock.hold(run_dir, cluster.lock_file):
+        return _resume_locked(args, run_dir, cluster)
 
 
-def _resume_locked(args, run_dir: str) -> int:
+def _resume_locked(args, run_dir: str, cluster: Cluster) -> int:
     from . import registry
     from .config import load_config
     from .distributed import WORKER_ENV
@@ -166,7 +186,7 @@ def _resume_locked(args, run_dir: str) -> int:
         _check_rank_files(run_dir, args.workers, args.quiet)
         if args.workers > 1:
             entry_args = ["train", "--resume", os.path.abspath(run_dir), "--quiet", "--workers", str(args.workers)]
-            return _launch(args, run_dir, entry_args, f"resuming {run_dir}")
+            return _launch(args, cluster, run_dir, entry_args, f"resuming {run_dir}")
     algo = registry.get(cfg.algorithm).resume(run_dir)
     if algo.num_timesteps >= cfg.total_timesteps and os.path.isfile(os.path.join(run_dir, "summary.json")):
         if not args.quiet:
@@ -215,23 +235,39 @@ def _check_rank_files(run_dir: str, workers: int, quiet: bool) -> None:
               f"and replay buffers start afresh (not an exact resume)")
 
 
-def _launch(args, run_dir: str, entry_args, what: str) -> int:
-    """Run ``msrl <entry_args>`` on ``args.workers`` msrun workers (distributed.launch)."""
+def _launch(args, cluster: Cluster, run_dir: str, entry_args, what: str) -> int:
+    """Run ``msrl <entry_args>`` on this node's msrun workers (distributed.launch)."""
     from .distributed import launch
     if not args.quiet:
-        print(f"msrl: {what} with {args.workers} msrun workers -> {run_dir}")
-    rc = launch(entry_args, args.workers, run_dir, args.master_port)
+        where = f" ({cluster.local_workers} here, node {cluster.node_rank} of {cluster.nodes})" if cluster.nodes > 1 else ""
+        print(f"msrl: {what} with {args.workers} msrun workers{where} -> {run_dir}")
+    rc = launch(entry_args, cluster, run_dir)
     if rc == 0 and not args.quiet:
         print(f"msrl: done; run dir {run_dir} (per-rank results in {run_dir}/ranks/)")
     return rc
 
 
 def _init_worker(cfg) -> None:
-    """In an msrun worker: the device first (it must be set before communication.init()), then the rank."""
+    """In an msrun worker: the device and deterministic computing first (they must be set before
+    communication.init(): set_deterministic also fixes the collectives' order, HCCL_DETERMINISTIC),
+    then the rank; then every rank checks it trains rank 0's config (on several hosts each node
+    resolved the command it was given: another --seed or --set on one node would train apart)."""
+    import hashlib
+
+    import numpy as np
+
+    from .config import dump_config
     from .determinism import configure_mindspore
     from .distributed import init_if_worker
     configure_mindspore(cfg.device)
-    init_if_worker()
+    dist = init_if_worker()
+    if dist.enabled:
+        digest = int(hashlib.sha256(dump_config(cfg).encode()).hexdigest()[:6], 16)  # exact in float32
+        seen = dist.allgather(np.array([digest], np.float32))[:, 0]
+        odd = [r for r, d in enumerate(seen) if int(d) != int(seen[0])]
+        if odd:
+            raise ConfigError(f"rank(s) {odd} resolved another config than rank 0 (another CONFIG, --seed, --set or "
+                              f"--total-timesteps on their node); run the same command on every node")
 
 
 def _learn(algo, run_dir: str, quiet: bool, message: str) -> int:

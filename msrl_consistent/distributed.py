@@ -9,9 +9,8 @@ normalization statistics are gathered from all ranks and merged in rank order (i
 every rank); rank 0 alone writes checkpoints, logs and metrics, and every rank writes
 ``ranks/<rank>.json`` with its final parameter sha256, steps and steps/s.
 
-Multi-host (documented in docs/distributed.md): run the same ``msrun`` command on every node with
-``--worker_num`` (all workers), ``--local_worker_num`` (this node's), ``--master_addr``,
-``--master_port`` and ``--node_rank``.
+Several hosts (cluster.py, docs/distributed.md): ``--nodes M --node-rank R --master-addr HOST``
+on every node; each launcher runs msrun for its own N/M workers and looks after those ranks only.
 """
 from __future__ import annotations
 
@@ -25,10 +24,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
+from .cluster import Cluster, launched, msrun_prefix
 from .runlock import held_env
 
 WORKER_ENV = "MSRL_WORKER"
@@ -61,6 +61,17 @@ class Dist:
         A stop signal seen by one rank becomes every rank's at the same step, so no rank is
         left alone in a collective."""
         return int(self.allgather(np.array([value], np.float32)).max())
+
+    def describe(self) -> dict:
+        """The launch behind this run, for summary.json: ranks, hosts, the writer's node and the
+        settings that make the collectives deterministic (set before ``communication.init()``)."""
+        import mindspore as ms
+        c = launched() or {"workers": self.world, "nodes": 1}
+        local = max(int(c["workers"]) // max(int(c["nodes"]), 1), 1)
+        return {"workers": self.world, "nodes": int(c["nodes"]), "local_workers": local,
+                "node_rank": self.rank // local, "master_addr": c.get("master_addr"),
+                "master_port": c.get("master_port"), "deterministic": ms.get_context("deterministic"),
+                "env": {k: os.environ.get(k) for k in DETERMINISM_ENV}}
 
     def barrier(self) -> None:
         """Return once every rank has reached this point (files written before it are complete)."""
@@ -135,10 +146,12 @@ def entry_script(python: str = sys.executable, prefix: str = sys.prefix) -> str:
 
 def find_msrun() -> str:
     """The msrun of the running interpreter's installation (a venv's, even when it is not
-    activated), else the first on PATH."""
-    candidate = os.path.join(os.path.dirname(sys.executable), "msrun")
-    if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-        return candidate
+    activated; for a venv with ``--system-site-packages``, the base installation's, beside the
+    mindspore it imports), else the first on PATH."""
+    for bindir in (os.path.dirname(sys.executable), os.path.join(sys.base_prefix, "bin")):
+        candidate = os.path.join(bindir, "msrun")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
     exe = shutil.which("msrun")
     if exe is None:
         raise FileNotFoundError("msrun (installed with mindspore) is not on PATH")
@@ -146,15 +159,23 @@ def find_msrun() -> str:
 
 
 def worker_env(environ=None, python: str = sys.executable) -> dict:
-    """The environment of msrun and its workers: MSRL_WORKER set, and the directory of the
-    launching interpreter first on PATH (msrun runs `python` from PATH, which in a shell where
-    the venv is not activated is another interpreter, without msrl_consistent)."""
+    """The environment of msrun and its workers: MSRL_WORKER set, ``HCCL_DETERMINISTIC=true``
+    (unless ``strict``: HCCL's all-reduce in a fixed order, so every rank of every node adds
+    the same numbers in the same order), and the directory of the launching interpreter first
+    on PATH (msrun runs `python` from PATH, which in a shell where the venv is not activated is
+    another interpreter, without msrl_consistent)."""
     env = dict(os.environ if environ is None else environ)
     env[WORKER_ENV] = "1"
+    if env.get("HCCL_DETERMINISTIC") != "strict":  # HCCL's reduction order fixed (read on Ascend only)
+        env["HCCL_DETERMINISTIC"] = "true"
     bindir = os.path.dirname(os.path.abspath(python))
     env["PATH"] = os.pathsep.join([bindir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir])
     return env
 
+
+DETERMINISM_ENV = ("HCCL_DETERMINISTIC", "TE_PARALLEL_COMPILER")
+"""The environment that ``mindspore.set_deterministic(True)`` and worker_env set for deterministic
+collectives and kernel compilation (recorded in summary.json)."""
 
 MSRUN_LOG = "msrun.log"
 """msrun's own output (stdout and stderr), in the log directory beside the worker logs."""
@@ -183,19 +204,26 @@ def _statuses(ranks_dir: Optional[str]) -> List[dict]:
     return out
 
 
-def _rank_pids(ranks_dir: Optional[str]) -> Dict[int, int]:
-    """pid -> rank from ranks/<rank>.json."""
+def _rank_pids(ranks_dir: Optional[str], ranks: Optional[Iterable[int]] = None) -> Dict[int, int]:
+    """pid -> rank from ranks/<rank>.json, of the ``ranks`` given (this node's: another node's
+    pids are another host's), else of every rank."""
     out = {}
+    keep = None if ranks is None else set(ranks)
     for info in _statuses(ranks_dir):
         try:
-            out[int(info["pid"])] = int(info["rank"])
+            if keep is None or int(info["rank"]) in keep:
+                out[int(info["pid"])] = int(info["rank"])
         except (KeyError, TypeError, ValueError):
             continue
     return out
 
 
 def _traceback_error(text: str) -> Optional[str]:
-    """The last error line of a worker log that holds a Python traceback, else None."""
+    """The last error line of a worker log that holds a Python traceback, or its one-line
+    ``msrl: error:`` (a check that failed in the worker), else None."""
+    refused = re.findall(r"^msrl: error: (.+)$", text, re.M)
+    if refused:
+        return refused[-1].strip()
     if "Traceback (most recent call last)" not in text and "WorkerDied" not in text:
         return None
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("[WARNING]")
@@ -205,7 +233,7 @@ def _traceback_error(text: str) -> Optional[str]:
     return err.strip()
 
 
-def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None) -> List[dict]:
+def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None, ranks: Optional[Iterable[int]] = None) -> List[dict]:
     """The failed ranks, the one that failed first at the head: ``{"rank", "error"}``.
 
     msrun polls its workers and, as soon as one exits non-zero, SIGKILLs all the others, so
@@ -215,7 +243,10 @@ def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None) -> List[dict]:
     neither names a rank, the scheduler's heartbeat time-out. The scheduler alone cannot tell
     the worker that died from the ones msrun killed right after it (every one of them stops
     sending heartbeats within about a second, and the scheduler reports whichever lapses
-    first), so it is never the first source.
+    first), so on one host it is never the first source. Several hosts: ``ranks`` are this
+    node's (the ones this log directory's msrun started); node 0's scheduler naming another
+    node's rank as timed out comes first (its own msrun killed it and this node's workers
+    then failed in a collective: their errors are consequences).
     """
     worker_errors = {}
     for path in sorted(glob.glob(os.path.join(log_dir, "worker_*.log"))):
@@ -226,7 +257,7 @@ def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None) -> List[dict]:
     out = []
     msrun_log = os.path.join(log_dir, MSRUN_LOG)
     if os.path.isfile(msrun_log):
-        pids = _rank_pids(ranks_dir)
+        pids = _rank_pids(ranks_dir, ranks)
         m = _MSRUN_EXIT.search(open(msrun_log, "r", errors="replace").read())
         if m and int(m.group(1)) in pids:
             rank, code = pids[int(m.group(1))], int(m.group(2))
@@ -234,10 +265,15 @@ def failed_ranks(log_dir: str, ranks_dir: Optional[str] = None) -> List[dict]:
             out.append({"rank": rank, "error": f"exited first ({_exit_text(code)})" + (f": {detail}" if detail else "")})
     out += [{"rank": r, "error": e} for r, e in sorted(worker_errors.items())]
     sched = os.path.join(log_dir, "scheduler.log")
-    if not out and os.path.isfile(sched):
-        text = open(sched, "r", errors="replace").read()
-        for r in sorted({int(x) for x in re.findall(r"The node: (\d+) is timed out", text)}):
-            out.append({"rank": r, "error": "the worker stopped responding (killed, or crashed without a Python error)"})
+    text = open(sched, "r", errors="replace").read() if os.path.isfile(sched) else ""
+    timed_out = sorted({int(x) for x in re.findall(r"The node: (\d+) is timed out", text)})
+    away = [r for r in timed_out if ranks is not None and r not in ranks]
+    if away:
+        return [{"rank": r, "error": "the worker stopped responding (on another node: that node's launcher and "
+                                     "msrun_logs/node<N>/ name the cause)"} for r in away] + out
+    if not out:
+        out = [{"rank": r, "error": "the worker stopped responding (killed, or crashed without a Python error)"}
+               for r in timed_out]
     return out
 
 
@@ -247,8 +283,9 @@ class _Forwarder:
     as the pids appear in ranks/<rank>.json; the workers agree on the step, checkpoint and exit.
     A SIGKILL of the launcher cannot be forwarded: its workers go on (their pids are in ranks/)."""
 
-    def __init__(self, ranks_dir: str):
+    def __init__(self, ranks_dir: str, ranks: Optional[Iterable[int]] = None):
         self.ranks_dir = ranks_dir
+        self.ranks = ranks  # this node's (another node's pids are another host's)
         self.signum: Optional[int] = None
         self.sent: set = set()
 
@@ -260,7 +297,7 @@ class _Forwarder:
     def forward(self) -> None:
         if self.signum is None:
             return
-        for pid in _rank_pids(self.ranks_dir):
+        for pid in _rank_pids(self.ranks_dir, self.ranks):
             if pid not in self.sent:
                 self.sent.add(pid)
                 try:
@@ -269,45 +306,52 @@ class _Forwarder:
                     pass
 
 
-def launch(entry_args: List[str], workers: int, run_dir: str, master_port: int) -> int:
-    """Run msrun with ``workers`` local workers executing ``msrl <entry_args>``; non-zero exit
-    names the failed rank(s) and where their logs are. SIGINT/SIGTERM/SIGHUP are forwarded to
-    the workers, which checkpoint at the same step: then the exit is 128 + the signal."""
+def launch(entry_args: List[str], cluster: Cluster, run_dir: str) -> int:
+    """Run msrun with this node's workers executing ``msrl <entry_args>``; non-zero exit names
+    the failed rank(s) and where their logs are. SIGINT/SIGTERM/SIGHUP are forwarded to this
+    node's workers, which agree on the step with every other node's and checkpoint there: then
+    every node's launcher exits 128 + the signal."""
     msrun = find_msrun()
-    log_dir = os.path.join(run_dir, "msrun_logs")
+    log_dir = cluster.log_dir(run_dir)
     ranks_dir = os.path.join(run_dir, "ranks")
     os.makedirs(log_dir, exist_ok=True)
-    for old in glob.glob(os.path.join(ranks_dir, "*.json")):  # a resumed launch: the pids are new
-        os.unlink(old)
-    entry = os.path.join(run_dir, ".msrun_entry.py")
+    for r in cluster.ranks:  # a resumed launch: the pids are new
+        if os.path.isfile(os.path.join(ranks_dir, f"{r}.json")):
+            os.unlink(os.path.join(ranks_dir, f"{r}.json"))
+    entry = os.path.join(run_dir if cluster.nodes == 1 else log_dir, ".msrun_entry.py")
     with open(entry, "w") as fh:
         fh.write(entry_script())
-    cmd = msrun_command(entry, entry_args, workers, master_port, log_dir, msrun=msrun)
+    cmd = msrun_command(entry, entry_args, cluster.workers, cluster.master_port, log_dir,
+                        local_workers=cluster.local_workers, master_addr=cluster.master_addr,
+                        node_rank=cluster.node_rank)
+    cmd = msrun_prefix(cluster, msrun, sys.executable) + cmd[1:]
     msrun_log = os.path.join(log_dir, MSRUN_LOG)
-    fwd = _Forwarder(ranks_dir)
+    fwd = _Forwarder(ranks_dir, cluster.ranks)
     # SIGHUP too: msrun's own session does not see the terminal close
     saved = {sig: signal.signal(sig, fwd) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         with open(msrun_log, "w") as fh:
             # the launcher holds the run directory's lock for its workers (runlock); msrun in its own
             # session, so a terminal's Ctrl+C reaches the launcher alone
-            proc = subprocess.Popen(cmd, env=held_env(run_dir, worker_env()), stdout=fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            env = held_env(run_dir, dict(worker_env(), **cluster.env()))
+            proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
             while proc.poll() is None:
                 fwd.forward()  # workers that wrote their pid after the signal came
                 time.sleep(0.2)
     finally:
         for sig, h in saved.items():
             signal.signal(sig, h)
-    if fwd.signum is not None:
-        done = [st for st in _statuses(ranks_dir) if st.get("status") == "interrupted"]
-        if len(done) == workers:
-            print(f"msrl: interrupted (signal {fwd.signum}); every rank checkpointed at {done[0]['checkpoint']}; "
-                  f"continue with: msrl train --resume {run_dir} --workers {workers}", file=sys.stderr)
-            return 128 + fwd.signum
+    # this node's ranks all checkpointed on a signal: this launcher's, or another node's (the
+    # ranks agree on the largest signal any rank saw)
+    done = [st for st in _statuses(ranks_dir) if st.get("status") == "interrupted" and st.get("rank") in cluster.ranks]
+    if len(done) == cluster.local_workers and (fwd.signum is not None or proc.returncode == 0):
+        signum = fwd.signum or int(done[0].get("signal", signal.SIGTERM))
+        print(f"msrl: interrupted (signal {signum}); every rank checkpointed at {done[0]['checkpoint']}; "
+              f"continue with: msrl train --resume {run_dir} {' '.join(cluster.flags())}", file=sys.stderr)
+        return 128 + signum
     if proc.returncode == 0:
         return 0
-    bad = failed_ranks(log_dir, ranks_dir)
+    bad = failed_ranks(log_dir, ranks_dir, cluster.ranks)
     if bad:
         # the first entry is the cause; the others are usually its consequences (a collective
         # that lost its peer), reported as such

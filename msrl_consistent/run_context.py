@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from typing import Dict, Optional
@@ -218,6 +219,7 @@ class RunContext:
         if self.mismatch:
             summary["mismatch"] = dict(sorted(self.mismatch.items()))
         if algo.dist.enabled:
+            summary["distributed"] = algo.dist.describe()
             self.write_rank_status("finished", **summary)
         if not self.main:
             return summary
@@ -228,9 +230,10 @@ class RunContext:
         return summary
 
     def write_rank_status(self, status: str, **fields) -> None:
-        """ranks/<rank>.json: this rank, its world and pid, ``status`` and ``fields``."""
+        """ranks/<rank>.json: this rank, its world, host and pid, ``status`` and ``fields``."""
         dist = self.algo.dist
-        info = dict(fields, rank=dist.rank, world=dist.world, pid=os.getpid(), status=status)
+        info = dict(fields, rank=dist.rank, world=dist.world, host=socket.gethostname(), pid=os.getpid(),
+                    status=status)
         os.makedirs(os.path.join(self.run_dir, "ranks"), exist_ok=True)
         ckpt.atomic_write_text(os.path.join(self.run_dir, "ranks", f"{dist.rank}.json"),
                                json.dumps(info, indent=2) + "\n")

@@ -10,6 +10,8 @@ record is information only, the lock is the flock.
 
 Data-parallel runs: the launcher holds the lock and starts its msrun workers with
 ``MSRL_RUN_LOCK_HELD`` naming the directory; a worker of that directory does not lock again.
+On several hosts sharing the directory, node 0's launcher holds this lock and each other node's
+launcher a lock file of its own (cluster.py).
 Re-entrant within a process (the CLI locks before it writes config.yaml, ``Algorithm.learn`` locks
 again). On a platform without ``fcntl`` (Windows) no lock is taken.
 """
@@ -50,9 +52,10 @@ def _holder(path: str) -> str:
 
 
 @contextlib.contextmanager
-def hold(run_dir: str) -> Iterator[None]:
+def hold(run_dir: str, lock_file: str = LOCK_FILE) -> Iterator[None]:
     """Hold ``run_dir``'s training lock for the ``with`` block; raises RunDirBusy, naming the
-    holder's PID and host, when a live process holds it."""
+    holder's PID and host, when a live process holds it. ``lock_file``: the lock's name (a
+    launcher of another node than node 0 holds one of its own, cluster.Cluster.lock_file)."""
     key = _key(run_dir)
     if key in _HELD or os.environ.get(HELD_ENV) == key:
         yield
@@ -62,7 +65,7 @@ def hold(run_dir: str) -> Iterator[None]:
     except ImportError:  # pragma: no cover  (Windows)
         yield
         return
-    path = os.path.join(run_dir, LOCK_FILE)
+    path = os.path.join(run_dir, lock_file)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

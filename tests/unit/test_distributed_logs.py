@@ -52,6 +52,22 @@ def test_scheduler_only_when_nothing_else_names_a_rank(tmp_path):
     assert [b["rank"] for b in failed_ranks(logs, None)] == [1]
 
 
+def test_node_0_names_another_nodes_rank_the_scheduler_lost_first(tmp_path):
+    # two hosts, rank 1 on node 1 killed: node 0's msrun sees only its own rank 0 fail (in a
+    # collective, ~30 s later); its scheduler names rank 1, which comes first
+    err = "Traceback (most recent call last):\nRuntimeError: The state of the cluster is error\n"
+    logs, ranks = write_logs(tmp_path, scheduler_node=1, msrun_pid=4241, worker_tracebacks={0: err})
+    os.remove(os.path.join(logs, "worker_1.log"))  # node 1's log is in node 1's directory
+    bad = failed_ranks(logs, ranks, ranks=range(0, 1))
+    assert [b["rank"] for b in bad] == [1, 0] and "on another node" in bad[0]["error"]
+    assert "The state of the cluster is error" in bad[1]["error"]
+
+
+def test_a_workers_one_line_error_is_its_detail(tmp_path):
+    logs, ranks = write_logs(tmp_path, scheduler_node=0, msrun_pid=4241, worker_tracebacks={0: "msrl: error: boom\n"})
+    assert failed_ranks(logs, ranks)[0] == {"rank": 0, "error": "exited first (killed by signal SIGKILL): boom"}
+
+
 def test_worker_env_and_entry_use_the_launching_interpreter():
     env = worker_env({"PATH": "/usr/bin:/bin"}, python="/venv/bin/python")
     assert env["PATH"].split(os.pathsep)[0] == "/venv/bin" and env["MSRL_WORKER"] == "1"
