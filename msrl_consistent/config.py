@@ -3,12 +3,9 @@
 A config file looks like::
 
     algorithm: ppo
-    seed: 0
     total_timesteps: 100000
     env: {id: CartPole-v1, n_envs: 8}
-    policy: {net_arch: [64, 64], activation: tanh}
     algo: {learning_rate: 1.0e-3, n_steps: 32, ...}   # the algorithm's own dataclass
-    eval: {freq: 10000, episodes: 10}
 
 Every field is declared once, with a one-line docstring (a string literal under the field),
 which ``msrl`` prints in its config reference. Nothing is evaluated as Python.
