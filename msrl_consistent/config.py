@@ -133,7 +133,6 @@ class LogConfig:
     """Act when the rollout/update mismatch (mismatch_max in metrics.jsonl) exceeds this (None: report only)."""
     mismatch_action: Literal["warn", "stop"] = "warn"
     """Above log.mismatch_threshold: warn (one line on stderr) or stop (checkpoint, then exit 2)."""
-
     checks: ClassVar[Dict[str, Check]] = {"mismatch_threshold": NON_NEGATIVE}
 
 
