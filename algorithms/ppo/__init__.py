@@ -137,7 +137,7 @@ class PreEncodedRollout(nn.Cell):
         self.inner = PPORollout(agent)
 
     def construct(self, obs, noise):
-        pre = self.agent.actor.first.preprocess(obs)
+        pre = self.agent.rows.preprocess(obs)
         env_a, a, logp, v = self.inner(pre, noise)
         return env_a, a, logp, v, pre.reshape((obs.shape[0], -1))
 
@@ -213,9 +213,9 @@ class PPO(OnPolicyAlgorithm):
             self.data_keys = DATA_KEYS + ("episode_starts", "state0")
         else:
             rows, self.minibatch_rows = rollout, c.batch_size
-            self.rollout_cell = PreEncodedRollout(self.agent) if self.agent.preencode else PPORollout(self.agent)
             # width of the rows the buffer stores instead of the observations (the preprocessed frames)
-            self.rollout_features = self.agent.actor.first.preprocessed_dim if self.agent.preencode else 0
+            self.rollout_features = self.agent.rows.stored_width
+            self.rollout_cell = PreEncodedRollout(self.agent) if self.rollout_features else PPORollout(self.agent)
             self.value_cell = ValueCell(self.agent)
             loss = self.make_loss(self.agent)
             self.data_keys = DATA_KEYS

@@ -26,19 +26,15 @@ class MembersAgent(nn.Cell):
     ``dist_params``, ``distribution``), so the one loss trains one run or K members; every array
     it reads is (members, rows, ...) and every output one per member."""
 
-    preencode = False  # (population.PPOPopulation refuses image observations)
-    encoded = False  # the encoder runs in ``features``; the heads are the members' networks behind it
-
     def __init__(self, agents):
         super().__init__()
         a0 = agents[0]
         self.members = len(agents)
         # an encoded observation (one-hot, Dict keys): the members' networks behind their encoder,
         # which has no Parameter (population.PPOPopulation refuses one that has: an image's CNN)
-        self.encoder = a0.actor.first if a0.encoded else None
-        nets = lambda which: [getattr(a, which).second if a.encoded else getattr(a, which) for a in agents]  # noqa: E731
-        self.actor = StackedMLP(nets("actor"), "actor")
-        self.critic = StackedMLP(nets("critic"), "critic")
+        self.encoder = getattr(a0.rows, "encoder", None)
+        self.actor = StackedMLP([a.actor_outputs.net for a in agents], "actor")
+        self.critic = StackedMLP([a.critic_value.net for a in agents], "critic")
         self.discrete = a0.log_std is None
         self.log_std = None if self.discrete else stack_parameter([a.log_std for a in agents], "log_std")
         # the members' observation statistics (members, 1, obs_dim), written before each update phase

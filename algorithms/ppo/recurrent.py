@@ -45,11 +45,11 @@ class RecurrentRollout(nn.Cell):
         self.n = agent.lstm_actor.hidden
 
     def construct(self, obs, state, episode_start, noise):
-        x = self.agent.encode(obs)
+        x = self.agent.features(obs)
         h_a, c_a, h_c, c_c = split_state(state, self.n)
         h_a, c_a = self.agent.lstm_actor(x, h_a, c_a, episode_start)
         h_c, c_c = self.agent.lstm_critic(x, h_c, c_c, episode_start)
-        value = self.agent.critic(h_c).squeeze(-1)
+        value = self.agent.value(h_c)
         env_a, a, logp = self.dist.sample(self.agent.dist_params(h_a), noise)
         return env_a, a, logp, value, ops.concat((h_a, c_a, h_c, c_c), 1)
 
@@ -64,8 +64,8 @@ class RecurrentValue(nn.Cell):
 
     def construct(self, obs, state, episode_start):
         _, _, h_c, c_c = split_state(state, self.n)
-        h_c, _ = self.agent.lstm_critic(self.agent.encode(obs), h_c, c_c, episode_start)
-        return self.agent.critic(h_c).squeeze(-1)
+        h_c, _ = self.agent.lstm_critic(self.agent.features(obs), h_c, c_c, episode_start)
+        return self.agent.value(h_c)
 
 
 class PairedUnroll(nn.Cell):
@@ -132,9 +132,9 @@ class RecurrentPPOLoss(nn.Cell):
     def construct(self, obs, actions, old_log_prob, advantages, returns, old_values, episode_starts, state0,
                   clip_range, clip_range_vf):
         b = obs.shape[0]
-        x = self.agent.encode(obs.reshape((b * self.steps, -1)))
+        x = self.agent.features(obs.reshape((b * self.steps, -1)))
         feats_a, feats_c = self.unroll(x, episode_starts, state0)
-        values = self.agent.critic(feats_c).squeeze(-1)
+        values = self.agent.value(feats_c)
         flat_actions = actions.reshape((b * self.steps,) + actions.shape[2:])
         log_prob, entropy = self.dist.log_prob_entropy(self.agent.dist_params(feats_a), flat_actions)
         return self.objective(values, log_prob, entropy, old_log_prob.reshape(-1), advantages.reshape(-1),

@@ -9,7 +9,7 @@ interface a population's stacked agent offers (algorithms/ppo/members.MembersAge
 from __future__ import annotations
 
 import numpy as np
-from mindspore import Parameter, Tensor
+from mindspore import Parameter, Tensor, nn
 
 from msrl_consistent.config import ConfigError
 from msrl_consistent.distributions import action_distribution
@@ -32,13 +32,110 @@ def check_recurrent(cfg, spec) -> None:
                           f"policy's memory: set env.frame_stack: 1")
 
 
+class Part(nn.Cell):
+    """A view onto cells the agent owns, computing one step of its forward pass with them.
+
+    The agent is composed of parts (which rows the heads read, how the actor's outputs are formed,
+    the critic's value) instead of mode flags branched on in every method. A part leaves the
+    Parameters' names as their owners (``actor``, ``critic``, ``normalizer``) set them, so
+    checkpoints and optimizer state do not depend on it."""
+
+    def __init__(self):
+        super().__init__(auto_prefix=False)
+
+    def update_parameters_name(self, prefix="", recurse=True):
+        """Attaching a part renames nothing: the owners name the Parameters."""
+
+
+class NormalizedRows(Part):
+    """Box observations: the heads read the normalized row."""
+    stored_width = 0
+    """Width of the rows the rollout buffer stores instead of observations (0: the observations)."""
+
+    def __init__(self, normalizer):
+        super().__init__()
+        self.normalizer = normalizer
+
+    def construct(self, rows):
+        return self.normalizer(rows)
+
+
+class EncodedRows(NormalizedRows):
+    """Encoded observations (one-hot, Dict keys, several sensors, a recurrent image policy): the
+    heads read the shared encoder's features, one pass for actor and critic (SB3's
+    share_features_extractor)."""
+
+    def __init__(self, normalizer, encoder):
+        super().__init__(normalizer)
+        self.encoder = encoder
+
+    def construct(self, rows):
+        return self.encoder(self.normalizer(rows))
+
+
+class PreprocessedRows(Part):
+    """Images: the rollout preprocesses each frame row once (the encoder's ``preprocess``, the
+    exported cell's own ops) and the buffer stores the preprocessed rows; the heads read the
+    encoder's trunk of them, the numbers ``encoder(raw)`` gives."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+        self.stored_width = encoder.preprocessed_dim
+
+    def preprocess(self, obs):
+        return self.encoder.preprocess(obs)
+
+    def construct(self, rows):
+        return self.encoder.trunk(rows)
+
+
+class ActorOutputs(Part):
+    """The actor's output (logits or Gaussian mean) from the features; no latent."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def construct(self, x):
+        return self.net(x), None
+
+
+class LatentActorOutputs(Part):
+    """gSDE: the actor trunk's features (the latent the exploration matrices multiply) and the
+    mean head's output on them."""
+
+    def __init__(self, trunk, head):
+        super().__init__()
+        self.trunk = trunk
+        self.head = head
+
+    def construct(self, x):
+        latent = self.trunk(x)
+        return self.head(latent), latent
+
+
+class CriticValue(Part):
+    """V(s) of shape (batch,) from the features: the critic's network behind the encoder."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def construct(self, x):
+        return self.net(x).squeeze(-1)
+
+
 class ActorCriticAgent(Agent):
     """PPO: actor (logits or Gaussian mean), critic V(s), state-independent log std.
 
     With ``policy.shared`` the two heads sit on one hidden trunk (one Cell object). With
     ``algo.use_sde`` the actor is ``Chain(trunk, mean head)`` (its trunk's output is gSDE's latent
     features; the same draws from ``rng`` as the single MLP) and log_std is a
-    (last hidden size, action dim) matrix, as SB3's full_std gSDE.
+    (last hidden size, action dim) matrix, as SB3's full_std gSDE. With ``policy.recurrent`` an
+    actor and a critic LSTM sit between the encoder and the networks (``encode``, policy_cell).
+    What differs between these is held in three parts chosen here: ``rows`` (what the heads
+    read), ``actor_outputs`` and ``critic_value``.
     """
     squash = False
     recurrent_support = True
@@ -56,36 +153,41 @@ class ActorCriticAgent(Agent):
             self.lstm_critic = LSTM(rng, obs_dim, pc.lstm_hidden_size)
             self.state_size = pc.lstm_hidden_size
             self.obs_encoder, encoder, obs_dim = encoder, None, pc.lstm_hidden_size
-        self.use_sde = bool(getattr(cfg.algo, "use_sde", False))
-        if self.use_sde and spec.discrete:
+        use_sde = bool(getattr(cfg.algo, "use_sde", False))
+        if use_sde and spec.discrete:
             raise ConfigError(f"key 'algo.use_sde' is true, but gSDE needs a Box (continuous) action space; "
                               f"{cfg.env.id} has {spec.act_kind}({spec.n_actions}) actions (set algo.use_sde: false)")
-        if self.use_sde and encoder is not None:
+        if use_sde and encoder is not None:
             raise ConfigError(f"key 'algo.use_sde' is true, but gSDE takes Box observations; {cfg.env.id} has "
                               f"{spec.obs_kind} observations (set algo.use_sde: false)")
-        latent_dim = None
-        if pc.shared or self.use_sde:
+        trunk = None
+        if pc.shared or use_sde:
             trunk = MLP(rng, obs_dim, pc.net_arch, pc.activation, ortho=pc.ortho_init)
             self.actor = Chain(trunk, dense(rng, trunk.out_dim, out, 0.01, pc.ortho_init))
-            latent_dim = trunk.out_dim
         if pc.shared:  # the critic head on the actor's trunk (one Cell object)
             self.critic = Chain(trunk, dense(rng, trunk.out_dim, 1, 1.0, pc.ortho_init))
         else:
-            if not self.use_sde:
+            if not use_sde:
                 self.actor = MLP(rng, obs_dim, pc.net_arch, pc.activation, out, 0.01, pc.ortho_init)
             self.critic = MLP(rng, obs_dim, pc.critic_arch or pc.net_arch, pc.activation, 1, 1.0, pc.ortho_init)
+        actor_net, critic_net = self.actor, self.critic
+        # actor = Chain(encoder, net), critic = Chain(encoder, net): the exported policy is the actor
+        # Chain; the rollout and the loss run the (shared) encoder once for both heads (``rows``)
         self.actor, self.critic = with_encoder(encoder, self.actor), with_encoder(encoder, self.critic)
-        # actor = Chain(encoder, net), critic = Chain(encoder, net): the rollout and the loss run the
-        # (shared) encoder once for both heads (SB3's share_features_extractor); the exported
-        # policy is the actor Chain
-        self.encoded = encoder is not None
-        # an image's preprocessing runs once per frame row, in the rollout cell; the update phase
-        # trains from the preprocessed rows it stored (ppo.PreEncodedRollout, ``features``)
-        self.preencode = spec.obs_kind == "Image" and not self.recurrent  # a recurrent one encodes in its loss
         self.log_std = None  # discrete actions: the logits are the whole distribution
+        self.sde_shape = None  # gSDE: the shape of log_std, the exploration matrices' (latent, actions)
         if not spec.discrete:
-            shape = (latent_dim, out) if self.use_sde else (out,)
-            self.log_std = Parameter(Tensor(np.full(shape, pc.log_std_init, np.float32)), name="log_std")
+            self.sde_shape = (trunk.out_dim, out) if use_sde else None
+            self.log_std = Parameter(Tensor(np.full(self.sde_shape or (out,), pc.log_std_init, np.float32)),
+                                     name="log_std")
+        # the parts, after the owners above (a Parameter's checkpoint name is its first path)
+        reader = self.obs_encoder if self.recurrent else encoder
+        if spec.obs_kind == "Image" and not self.recurrent:  # a recurrent one encodes in its loss
+            self.rows = PreprocessedRows(encoder)
+        else:
+            self.rows = NormalizedRows(self.normalizer) if reader is None else EncodedRows(self.normalizer, reader)
+        self.actor_outputs = LatentActorOutputs(actor_net.first, actor_net.second) if use_sde else ActorOutputs(actor_net)
+        self.critic_value = CriticValue(critic_net)
 
     def policy_cell(self):
         if not self.recurrent:
@@ -93,39 +195,23 @@ class ActorCriticAgent(Agent):
         return RecurrentPolicyCell(self.normalizer, self.obs_encoder, self.lstm_actor, self.actor,
                                    make_head(self.spec, self.squash))
 
-    def encode(self, obs):
-        """A recurrent policy's LSTM input: the normalized row, encoded (one-hot, Dict keys, an image's
-        preprocessing and CNN)."""
-        x = self.normalizer(obs)
-        if self.obs_encoder is not None:
-            x = self.obs_encoder(x)
-        return x
-
     def distribution(self):
         """The action distribution (distributions.action_distribution): one object per graph that samples
         or scores actions; it holds no Parameter."""
-        return action_distribution(self.spec, tuple(self.log_std.shape) if self.use_sde else None)
+        return action_distribution(self.spec, self.sde_shape)
 
     def features(self, rows):
-        """What the heads read, from the rows the rollout buffer stores: the shared encoder's
-        features (one pass for actor and critic; from an image policy's preprocessed rows, the
-        encoder's trunk only), or the normalized Box row."""
-        if self.preencode:
-            return self.actor.first.trunk(rows)
-        x = self.normalizer(rows)
-        if self.encoded:
-            return self.actor.first(x)
-        return x
+        """What the heads read (a recurrent policy's LSTMs), from the rows the rollout buffer stores
+        (``rows``)."""
+        return self.rows(rows)
 
     def value(self, x):
-        """V(s) of shape (batch,) from ``features``' output (the critic's head behind the encoder)."""
-        return (self.critic.second(x) if self.encoded else self.critic(x)).squeeze(-1)
+        """V(s) of shape (batch,) from ``features``' output or a recurrent policy's critic LSTM output."""
+        return self.critic_value(x)
 
     def dist_params(self, x):
-        """The distribution's ``(out, latent, log_std)`` from ``features``' output (or a recurrent
-        policy's LSTM output): the actor's output (logits or mean); with gSDE the actor trunk's
-        features, from which the mean is computed."""
-        if self.use_sde:
-            latent = self.actor.first(x)
-            return self.actor.second(latent), latent, self.log_std
-        return (self.actor.second(x) if self.encoded else self.actor(x)), None, self.log_std
+        """The distribution's ``(out, latent, log_std)`` from ``features``' output or a recurrent
+        policy's actor LSTM output: the actor's output (logits or mean) and, with gSDE, the actor
+        trunk's features from which the mean is computed."""
+        out, latent = self.actor_outputs(x)
+        return out, latent, self.log_std
