@@ -35,16 +35,14 @@ from .offpolicy_population import OffPolicyPopulation
 
 @dataclass
 class DQNConfig(OffPolicyConfig):
+    # SB3's DQN defaults of keys every off-policy algorithm has (documented on OffPolicyConfig)
+    learning_starts: int = 100
+    batch_size: int = 32
+    train_freq: int = 4
     learning_rate: float = 1e-4
     """Adam learning rate of the Q-network."""
-    learning_starts: int = 100
-    """Environment steps of uniform random actions (and no updates) before learning starts."""
-    batch_size: int = 32
-    """Minibatch size of each gradient step."""
     tau: float = 1.0
     """Polyak coefficient of each target update (1: the target becomes a copy of the Q-network)."""
-    train_freq: int = 4
-    """Vector-env steps collected per training round (each is env.n_envs environment steps)."""
     target_update_interval: int = 10000
     """Environment steps between target updates (counted per vector step, as Stable-Baselines3:
     every max(target_update_interval // n_envs, 1) vector steps)."""
@@ -56,9 +54,6 @@ class DQNConfig(OffPolicyConfig):
     """Epsilon after exploration_fraction of the run."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clipping as torch's clip_grad_norm_ (SB3's DQN)."""
-    fuse_act: bool = True
-    """Compute the next exploration action in the graph call of the round's last gradient step
-    (bit-identical results, one graph call per round fewer; off with env.normalize_obs)."""
 
     checks: ClassVar[Dict[str, Check]] = {
         **OffPolicyConfig.checks, "target_update_interval": POSITIVE, "exploration_fraction": UNIT_INTERVAL,

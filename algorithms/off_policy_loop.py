@@ -210,10 +210,14 @@ class Rounds:
 
 
 class PolicyNet(nn.Cell):
-    """The agent's policy network on normalized observations (one run's, or a MembersView's)."""
+    """The agent's policy network on normalized observations (one run's, or a MembersView's).
+
+    Built without renaming the agent's Parameters (auto_prefix=False): a population's members'
+    Parameters would otherwise take the names the update step gives its stacked ones, and a graph
+    compiled after the first mismatch check would refuse the duplicates."""
 
     def __init__(self, agent):
-        super().__init__()
+        super().__init__(auto_prefix=False)
         self.agent = agent
 
     def construct(self, obs):

@@ -114,3 +114,17 @@ def test_offpolicy_population_reports_a_member_that_acts_on_other_numbers(tmp_pa
     bias.set_data(bias + 1e-3)
     after = population.rounds.mismatch()
     assert after[0] == pytest.approx(1e-3, rel=0.01) and after[1] == before[1], after
+
+
+def test_offpolicy_population_graphs_compiled_after_a_check(tmp_path):
+    """The check reads the members' policy networks without renaming their Parameters: a SAC
+    population whose last round compiles its last graph after a mismatch check trains to the end,
+    and every member reports its figure."""
+    code = main(["train", os.path.join(CONFIGS, "sac", "Pendulum-v1.yaml"), "--seeds", "0-1", "--quiet",
+                 "--run-dir", str(tmp_path / "pop"), "--total-timesteps", "400",
+                 *[a for kv in SMALL + ["algo.learning_starts=100", "algo.log_interval=200", "algo.batch_size=32",
+                                        "policy.net_arch=[16,16]"] for a in ("--set", kv)]])
+    assert code == 0
+    for seed in (0, 1):
+        summary = json.load(open(os.path.join(member_dir(str(tmp_path / "pop"), seed), "summary.json")))
+        assert 0.0 <= summary["mismatch"]["max"] < 1e-4
