@@ -22,7 +22,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from msrl_consistent.config import POSITIVE, Check
 from msrl_consistent.distributions import rows_mean
 from msrl_consistent.networks.agents import Agent, QNetwork, frozen_copy, require_box
-from msrl_consistent.networks.heads import ScaleToBox
+from msrl_consistent.networks.heads import DistributionPolicyCell, ScaleToBox, SquashedGaussianOutputs, make_head
 from msrl_consistent.networks.mlp import MLP, Chain, Tanh, accurate_tanh, dense
 from msrl_consistent.networks.stacked import MembersView
 
@@ -74,6 +74,11 @@ class SACAgent(Agent):
         self.q2_target = frozen_copy(make_q, self.q2)
         init_alpha = float(getattr(cfg.algo, "init_ent_coef", 1.0))
         self.log_alpha = Parameter(Tensor(np.array([np.log(init_alpha)], np.float32)), name="log_alpha")
+
+    def distribution_cell(self):
+        """The policy cell with the pre-squash Gaussian's mean and std as further outputs."""
+        outputs = SquashedGaussianOutputs(self.actor, self.log_std_head, self.LOG_STD_MIN, self.LOG_STD_MAX)
+        return DistributionPolicyCell(self.normalizer, outputs, make_head(self.spec, True), "squashed_gaussian")
 
 
 class SACAct(nn.Cell):

@@ -15,6 +15,7 @@ from msrl_consistent.config import ConfigError, to_dict
 from msrl_consistent.deploy import SCHEMA_VERSION, file_sha256
 from msrl_consistent.deploy.graph_io import inputs_io, multi_input
 from msrl_consistent.deploy.recurrent import state_io
+from msrl_consistent.deploy.sampling import distribution_io
 
 from .onnx import INPUT_NAME, OUTPUT_NAME
 
@@ -71,7 +72,9 @@ def build_manifest(tmp: str, run_dir: str, reference, graph, info: "mf.ExportInf
             "output": {"name": OUTPUT_NAME, "shape": [io_batch] + list(spec.action_shape),
                        "dtype": "int32" if spec.discrete else "float32"},
             "post_processing": _post_processing(spec, reference.agent.squash),
-            **({"state": state_io(state, io_batch)} if state else {})},
+            **({"state": state_io(state, io_batch)} if state else {}),
+            **({"distribution": distribution_io(reference.dist.kind, spec, io_batch, reference.dist.sde_scale)}
+               if reference.dist is not None else {})},
         files=files,
         golden=mf.GoldenInfo(file=GOLDEN_FILE, count=golden_count, batch=info.golden_batch,
                              reference="training cell, fp32", **counts),

@@ -18,6 +18,7 @@ from msrl_consistent.checkpoint import atomic_write_text
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import FrameStack
 from msrl_consistent.deploy.graph_io import graph_inputs, multi_input, obs_inputs
+from msrl_consistent.deploy.sampling import GOLDEN_PREFIX
 from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.runtime import TrainCellPolicy
@@ -119,19 +120,39 @@ def golden_sequences(policy: TrainCellPolicy, lanes: int, steps: int, seed: int 
                                   "episode_starts": int(starts.sum())}}
 
 
+def parse_outputs(text) -> tuple:
+    """``--outputs``: 'action' or 'action,distribution'."""
+    names = tuple(t.strip() for t in str(text).split(",") if t.strip())
+    if not names or names[0] != "action" or len(set(names)) != len(names) or not set(names) <= set(OUTPUT_CHOICES):
+        raise ConfigError(f"--outputs {text!r}: expected 'action' or 'action,distribution'")
+    return names
+
+
+OUTPUT_CHOICES = ("action", "distribution")
+
+
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),
                precision: str = "fp32", batch="dynamic", golden: int = 1024, force: bool = False,
-               precision_sweep: bool = False, sweep_episodes: int = 10, **options: Any) -> mf.Manifest:
-    """Export a run's policy; returns the manifest. ``options``: the converters' (writers.Options:
-    soc_version, precision_mode, lite_target, lite_precision_mode, preflight_only)."""
+               precision_sweep: bool = False, sweep_episodes: int = 10, outputs: Iterable[str] = ("action",),
+               **options: Any) -> mf.Manifest:
+    """Export a run's policy; returns the manifest. ``outputs``: ("action",) or ("action",
+    "distribution"): the action distribution's parameters as further graph outputs
+    (deploy.sampling). ``options``: the converters' (writers.Options: soc_version, precision_mode,
+    lite_target, lite_precision_mode, preflight_only)."""
     if precision not in ("fp32", "fp16"):
         raise ConfigError(f"--precision {precision!r}: expected fp32 or fp16")
     if golden < 1:
         raise ConfigError(f"--golden {golden}: expected a positive number of observations")
+    outputs = parse_outputs(",".join(outputs))
+    if "distribution" in outputs and (precision == "fp16" or precision_sweep):
+        raise ConfigError("--outputs distribution is exported at --precision fp32 without --precision-sweep "
+                          "(the fp16 emulation and the sweep cover the action only)")
     opts = Options(**options)
     formats = plan(formats, opts)
     check_out_dir(out_dir, force)
     reference = TrainCellPolicy(run_dir, checkpoint)
+    if "distribution" in outputs:
+        reference.with_distribution()  # a deterministic policy: ConfigError before any work
     with staging(out_dir) as tmp:
         graph = policy_graph(reference, run_dir, precision, batch, tmp)
         info = mf.ExportInfo(formats=formats, precision=precision, batch=batch, golden_batch=graph.golden_batch)
@@ -152,6 +173,8 @@ def policy_graph(reference: TrainCellPolicy, run_dir: str, precision: str, batch
     if precision == "fp16":
         from .sweep import emulated_policy
         cell = emulated_policy(run_dir, reference.checkpoint, "fp16").cell
+    elif reference.dist is not None:
+        cell = reference.dist_cell  # the training cell's Parameters, the distribution's outputs after the action
     else:
         cell = reference.cell  # the very cell the training code evaluates
     obs_in = obs_inputs(reference.spec)
@@ -171,6 +194,8 @@ def write_golden(tmp: str, reference: TrainCellPolicy, golden: int, golden_batch
     else:
         obs, counts = golden_observations(reference, golden)
         arrays = {"obs": obs, "actions": reference.act_at_batch(obs, golden_batch)}
+        if reference.dist is not None:  # the training cell's distribution at the same batch shape
+            arrays.update({GOLDEN_PREFIX + k: v for k, v in reference.distribution_at_batch(obs, golden_batch).items()})
     with open(os.path.join(tmp, GOLDEN_FILE), "wb") as fh:
         np.savez(fh, **arrays)
     return arrays, counts

@@ -23,6 +23,7 @@ import numpy as np
 
 from msrl_consistent.deploy.graph_io import OBS_INPUT, zero_inputs
 from msrl_consistent.deploy.recurrent import STATE_OUTPUTS
+from msrl_consistent.deploy.sampling import OUTPUTS
 from msrl_consistent.optional import ONNX_INSTALL, require
 
 INPUT_NAME = OBS_INPUT
@@ -73,6 +74,8 @@ def write_onnx(cell, inputs, batch: int, out_path: str, dynamic: bool = False) -
     input_names = [name for name, _, _ in inputs]
     recurrent = input_names[-1] == "episode_start"
     output_names = [OUTPUT_NAME] + (list(STATE_OUTPUTS) if recurrent else [])
+    kind = getattr(cell, "kind", None)  # a distribution export's further outputs (deploy.sampling)
+    output_names += list(OUTPUTS[kind]) if kind else []
     # output_names is not passed: MindSpore 2.10 renames the graph output but not the node
     # producing it when the last op is a Cast (ONNX Runtime then rejects the model); the
     # outputs are renamed below with the onnx package instead.
@@ -104,7 +107,7 @@ def write_onnx(cell, inputs, batch: int, out_path: str, dynamic: bool = False) -
     info["opset"] = int(model.opset_import[0].version)
     info["input"] = model.graph.input[0].name
     info["output"] = model.graph.output[0].name
-    if len(inputs) > 1:
+    if len(inputs) > 1 or kind:
         info["inputs"] = [i.name for i in model.graph.input]
         info["outputs"] = [o.name for o in model.graph.output]
     info["output_elem_type"] = onnx.TensorProto.DataType.Name(model.graph.output[0].type.tensor_type.elem_type)

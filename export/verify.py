@@ -27,6 +27,7 @@ from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy import compare_actions, default_atol, golden_check
 from msrl_consistent.deploy.backends import REFERENCE
 from msrl_consistent.deploy.backends import get as get_backend
+from msrl_consistent.deploy.check import distribution_criterion, distribution_summary
 from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.directories import EXPORT, expect
 from msrl_consistent.episodes import run_episodes
@@ -183,6 +184,9 @@ def _judge(report: dict, backend: str, precision: str, discrete: bool):
         crit.append({"name": name, "passed": bool(golden["passed"]), "first_mismatch": golden.get("first_mismatch")})
         for fault in golden.get("faults", []):
             crit.append({"name": f"fault: {fault}", "passed": False})
+        dist = distribution_criterion(golden)
+        if dist is not None:
+            crit.append(dist)
         if roll is not None:
             if strict and report["atol"] == 0:
                 crit.append({"name": "rollouts identical step for step", "passed": roll["identical_episodes"] == roll["episodes"],
@@ -212,6 +216,8 @@ def render_markdown(r: dict) -> str:
               "max_h_error", "max_c_error", "max_state_error_scaled", "first_mismatch", "first_divergence"):
         if k in g:
             lines.append(f"| {k} | {g[k]} |")
+    if "distribution" in g:
+        lines.append(f"| action distribution | {distribution_summary(g['distribution']).replace('||', 'to')} |")
     if "float64_reference" in g:
         lines.append(f"| float64 reference | {describe(g['float64_reference'])} |")
     if "batch_sensitivity" in g:

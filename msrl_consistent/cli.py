@@ -98,9 +98,10 @@ def cmd_eval(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from msrl_consistent.export.exporter import export_run, parse_batch, parse_formats
+    from msrl_consistent.export.exporter import export_run, parse_batch, parse_formats, parse_outputs
 
     m = export_run(args.run_dir, args.out, checkpoint=args.checkpoint, formats=parse_formats(args.format),
+                   outputs=parse_outputs(args.outputs),
                    precision=args.precision, batch=parse_batch(args.batch), golden=args.golden,
                    soc_version=args.soc_version, precision_mode=args.precision_mode, force=args.force,
                    precision_sweep=args.precision_sweep, sweep_episodes=args.sweep_episodes,
@@ -138,6 +139,9 @@ def cmd_verify(args) -> int:
                   f"deployed loop, max error h {g.get('max_h_error', float('nan')):.3g} c {g.get('max_c_error', float('nan')):.3g} "
                   f"(scaled {g.get('max_state_error_scaled', float('nan')):.3g}), first divergence "
                   f"{g.get('first_divergence')}")
+        if "distribution" in g:
+            from msrl_consistent.deploy.check import distribution_summary
+            print(f"  {distribution_summary(g['distribution'])}")
         if "float64_reference" in g:
             from msrl_consistent.export.exact import describe
             print(f"  {describe(g['float64_reference'])}")
@@ -279,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fp16: the same cell computing in float16 with float32 input/output")
     x.add_argument("--batch", default="dynamic", help="fixed batch size N or 'dynamic' (default)")
     x.add_argument("--golden", type=int, default=1024, help="observations in the golden set (default 1024)")
+    x.add_argument("--outputs", default="action",
+                   help="'action' (default) or 'action,distribution': the action distribution's parameters as "
+                        "further outputs (sampling on the board, KL checks in verify)")
     x.add_argument("--soc-version", help="OM: the Ascend SoC, e.g. Ascend310P3")
     x.add_argument("--precision-mode", help="OM: ATC precision mode (default must_keep_origin_dtype)")
     x.add_argument("--preflight-only", action="store_true",

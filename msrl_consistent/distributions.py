@@ -13,6 +13,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
+# the host noise of each distribution: the deployed policy draws the same (deploy.sampling)
+from .deploy.sampling import gumbel_noise, logistic_noise, normal_noise
+
 LOG_2PI = math.log(2.0 * math.pi)
 LOG_2 = math.log(2.0)
 
@@ -106,12 +109,6 @@ def tanh_gaussian_log_prob(mean, log_std, u):
 
 
 # PPO's action distributions, behind one interface ----------------------------------------------
-def gumbel_noise(rng, shape):
-    """Gumbel(0, 1) noise from the run's Generator (categorical_sample's input)."""
-    u = rng.random(shape)
-    return (-np.log(-np.log(np.clip(u, 1e-12, 1.0 - 1e-7)))).astype(np.float32)
-
-
 class Distribution(nn.Cell):
     """The action distribution of an on-policy agent, chosen once from the action space
     (:func:`action_distribution`), so the rollout and loss graphs never branch on the action kind.
@@ -185,7 +182,7 @@ class Gaussian(_Box):
         self.n = int(np.asarray(low).shape[0])
 
     def noise(self, rng, n: int) -> np.ndarray:
-        return rng.standard_normal((n, self.n)).astype(np.float32)
+        return normal_noise(rng, (n, self.n))
 
     def sample(self, params, noise):
         mean, _, log_std = params
@@ -210,7 +207,7 @@ class StateDependentGaussian(_Box):
         self.log_std_shape = tuple(int(d) for d in log_std_shape)
 
     def noise(self, rng, n: int) -> np.ndarray:
-        return rng.standard_normal((n,) + self.log_std_shape).astype(np.float32)
+        return normal_noise(rng, (n,) + self.log_std_shape)
 
     def sample(self, params, noise):
         mean, latent, log_std = params
@@ -298,8 +295,7 @@ class Bernoulli(_PerDimension):
         self.n = int(n)
 
     def noise(self, rng, n: int):
-        u = np.clip(rng.random((n, self.n)), 1e-12, 1.0 - 1e-7)
-        return (np.log(u) - np.log1p(-u)).astype(np.float32)
+        return logistic_noise(rng, (n, self.n))
 
     def draw(self, logits, noise):
         return ops.cast(logits + noise > 0.0, ms.int32)

@@ -104,8 +104,19 @@ class TrainCellPolicy(Recordable, deploy.Policy):
         self.cell = agent.policy_cell()
         self._Tensor = Tensor
 
+    def with_distribution(self) -> "TrainCellPolicy":
+        """Also compute the action distribution (``dist_cell``: the agent's distribution_cell, the
+        cell a distribution export writes; ConfigError for a deterministic policy)."""
+        if self.dist is None:
+            self.dist_cell = self.agent.distribution_cell()
+            self.dist = deploy.Distribution(self.dist_cell.kind, self.spec, self.dist_cell.sde_scale)
+        return self
+
     def _run(self, x: np.ndarray) -> np.ndarray:
         return self.cell(self._Tensor(x)).asnumpy()
+
+    def _run_outputs(self, x: np.ndarray):
+        return [o.asnumpy() for o in self.dist_cell(self._Tensor(x))]
 
     def _run_step(self, x, h, c, episode_start):
         T = self._Tensor

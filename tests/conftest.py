@@ -6,7 +6,7 @@ import pytest  # noqa: E402
 from helpers import CONFIGS, train_run  # noqa: E402
 
 SLOW_FIXTURES = {"bundles", "offpolicy_run", "full_export", "pend_exports", "frozenlake_export", "space_export",
-                 "sensor_export"}
+                 "sensor_export", "dist_export"}
 """Fixtures that train and export for several seconds: every test using one is ``slow`` too."""
 
 

@@ -80,6 +80,7 @@ from .names import (
 )
 from .policy import ExportPolicy, Policy, auto_fallback, available_backends, guard_for, in_chunks, load
 from .reader import Export, file_sha256, open_export, read_manifest_json
+from .sampling import Distribution
 from .spaces import SpaceSpec
 
 __all__ = [
@@ -87,7 +88,8 @@ __all__ = [
     "EXIT_PASS", "FORMAT_FILE", "FORMATS", "REGISTRY", "Backend", "Format", "LITE_ASCEND_PRECISION_MODES",
     "LITE_CPU_PRECISION_MODES", "MANIFEST",
     "MAX_BATCH", "MAX_DIM", "MAX_FILES", "MAX_GOLDEN", "MAX_MANIFEST_BYTES", "MAX_ROW_BYTES", "SCHEMA",
-    "SCHEMA_VERSION", "BackendUnavailable", "SpaceSpec", "Export", "ExportError", "ExportPolicy", "FrameStack", "Guard",
+    "SCHEMA_VERSION", "BackendUnavailable", "Distribution",
+    "SpaceSpec", "Export", "ExportError", "ExportPolicy", "FrameStack", "Guard",
     "GuardError", "MaxAndSkip", "Policy", "Runner", "auto_fallback", "available_backends", "canonical_backend", "check",
     "check_schema", "column_n", "compare_actions", "default_atol", "file_sha256", "golden_check", "guard_for", "in_chunks",
     "latency", "lite_context", "load", "main", "make_runner", "memory_bytes", "not_an_index", "open_export",

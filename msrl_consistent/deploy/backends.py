@@ -45,6 +45,11 @@ class Runner:
     def run(self, x: np.ndarray) -> np.ndarray:
         return self.run_all(self._obs(x))[0]
 
+    def run_outputs(self, x: np.ndarray) -> List[np.ndarray]:
+        """Every output of a non-recurrent graph (a distribution export's: the action, then the
+        distribution's outputs)."""
+        return [np.asarray(o) for o in self.run_all(self._obs(x))]
+
     def run_step(self, x, h, c, episode_start) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         out = self.run_all(self._obs(x) + [h, c, episode_start])
         if len(out) != 3:

@@ -15,6 +15,7 @@ from .compare import compare_actions
 from .errors import EXIT_ERROR, EXIT_MISMATCH, EXIT_PASS, ExportError, _one_line
 from .policy import Policy, load
 from .reader import Export, open_export
+from .sampling import kl_report
 from .sequences import sequence_check
 
 
@@ -51,7 +52,40 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
             res["output_mismatch"] = (f"artifact returns {pred.dtype} {list(pred.shape)}, the training cell "
                                       f"{ref.dtype} {list(ref.shape)}")
     res["batch"] = export.golden_batch
+    if export.distribution is not None and pred is not None:
+        res["distribution"] = distribution_check(policy, export, obs)
     return res
+
+
+def distribution_check(policy: Policy, export: Export, obs: np.ndarray) -> dict:
+    """The backend's action distribution at the golden observations against the training cell's
+    recorded one: per-row KL(training cell || backend), its max and mean, the rows above the tolerance."""
+    try:
+        got = policy.distribution_at_batch(obs, export.golden_batch)
+    except ExportError:
+        raise
+    except Exception as exc:
+        runner = getattr(policy, "runner", None)
+        name = "the model" if runner is None else runner.info.get("file", "the model")
+        raise ExportError(f"{name}: backend {policy.backend} failed on the golden set's distribution "
+                          f"({_one_line(exc)})") from None
+    assert export.distribution is not None
+    return kl_report(export.distribution, export.golden_distribution(), got)
+
+
+def distribution_summary(d: dict) -> str:
+    """One line of a distribution check's figures."""
+    return (f"{d['kind']} distribution: KL(training cell || backend) max {d['kl_max']:.3g}, mean {d['kl_mean']:.3g}, "
+            f"{d['rows_above']} rows above {d['tolerance']:g}")
+
+
+def distribution_criterion(golden: dict) -> Optional[dict]:
+    """The pass criterion of a distribution export's KL check (None: the export has none)."""
+    d = golden.get("distribution")
+    if d is None:
+        return None
+    return {"name": f"golden set action distributions: KL(training cell || backend) <= {d['tolerance']:g} on every "
+                    f"row", "passed": bool(d["passed"]), "value": d["kl_max"]}
 
 
 def latency(policy: Policy, obs: np.ndarray, batch: int, seconds: float = 1.0, min_calls: int = 30) -> dict:
@@ -97,10 +131,11 @@ def check(directory: str, backend: Optional[str] = None, atol: Optional[float] =
                      "passed": bool(golden["passed"]), "value": golden.get("max_abs_error")}
     if golden.get("output_mismatch"):
         criterion["passed"] = False
+    criteria = [criterion] + [c for c in [distribution_criterion(golden)] if c is not None]
     report = {"export_dir": os.path.abspath(directory), "backend": b, "runner": policy.runner.info,
               "precision": export.precision, "atol": atol, "algorithm": export.algorithm, "env_id": export.env_id,
               "integrity": {"checked": sorted(export.files), "passed": True}, "golden": golden,
-              "criteria": [criterion], "passed": bool(criterion["passed"]),
+              "criteria": criteria, "passed": all(c["passed"] for c in criteria),
               "python": sys.version.split()[0], "numpy": np.__version__}
     if report["passed"] and latency_seconds > 0:
         obs, _ = export.golden()
@@ -162,6 +197,8 @@ def main(argv: Optional[List[str]] = None, prog: str = "policy.py", default_dir:
         print(f"  golden sequences: {g['sequences']['lanes']} lanes x {g['sequences']['steps']} steps, max error h "
               f"{g.get('max_h_error', float('nan')):.3g} c {g.get('max_c_error', float('nan')):.3g} (scaled "
               f"{g.get('max_state_error_scaled', float('nan')):.3g}), first divergence {g.get('first_divergence')}")
+    if "distribution" in g:
+        print(f"  {distribution_summary(g['distribution'])}")
     for fault in g.get("faults", []):
         print(f"  fault: {fault}")
     for crit in r["criteria"]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from .errors import ExportError, _one_line
 from .fields import _short
+from .sampling import GOLDEN_PREFIX, output_widths
 
 
 def read_golden(export) -> Tuple[np.ndarray, np.ndarray]:
@@ -32,6 +33,11 @@ def read_golden_arrays(export) -> Dict[str, np.ndarray]:  # noqa: C901  (each .n
     if export.state_size:
         want.update(episode_starts=((n,), np.dtype(np.float32)), h=((n, export.state_size), np.dtype(np.float32)),
                     c=((n, export.state_size), np.dtype(np.float32)))
+    if export.distribution is not None:  # the training cell's distribution outputs (deploy.sampling)
+        dist = export.distribution
+        for name, w in zip(dist.outputs, output_widths(dist.kind, spec, 0 if dist.sde_scale is None
+                                                        else dist.sde_scale.shape[0])):
+            want[GOLDEN_PREFIX + name] = ((n, w), np.dtype(np.float32))
     size = os.path.getsize(path)
     try:
         with zipfile.ZipFile(path) as z:
@@ -79,6 +85,9 @@ def read_golden_arrays(export) -> Dict[str, np.ndarray]:  # noqa: C901  (each .n
         raise ExportError(f"{name}: 'actions' holds indices outside 0..{spec.n_actions - 1}")
     if not spec.discrete and not np.isfinite(actions).all():
         raise ExportError(f"{name}: 'actions' holds non-finite values")
+    if export.distribution is not None:
+        export.distribution.check({k[len(GOLDEN_PREFIX):]: v for k, v in arrays.items() if k.startswith(GOLDEN_PREFIX)},
+                                  n, name)
     if export.state_size:
         starts = arrays["episode_starts"].reshape(export.golden_steps, export.golden_lanes)
         if not np.isin(starts, (0.0, 1.0)).all() or not (starts[0] == 1.0).all():

@@ -1,7 +1,7 @@
 """The deployed policy (:class:`Policy`, :class:`ExportPolicy`) and :func:`load`."""
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from .guard import Guard
 from .inputs import Inputs
 from .reader import Export, open_export
 from .recurrent import RecurrentState, check_starts, check_state
+from .sampling import Distribution, split_outputs
 from .spaces import SpaceSpec
 
 
@@ -44,6 +45,8 @@ class Policy(Inputs):
     backend = ""
     recorder = None
     guard: Optional["Guard"] = None
+    dist: Optional[Distribution] = None
+    """The action distribution (deploy.sampling) of an export with distribution outputs; None: action only."""
 
     def __init__(self, spec: SpaceSpec, fixed_batch: Optional[int], state_size: int = 0):
         self.spec = spec
@@ -102,16 +105,28 @@ class Policy(Inputs):
         action, h2, c2 = self._guarded_step(x, h, c, check_starts(episode_start, n))
         return (action[0] if single else action), (h2, c2)
 
-    def act(self, obs) -> np.ndarray:
+    def act(self, obs, deterministic: bool = True, rng: Optional[np.random.Generator] = None) -> np.ndarray:
         """The environment action for one observation (obs_dim,) or a batch (B, obs_dim); for a
         Discrete observation space, an index or a batch of indices (B,); for a Dict space, a dict
-        {key: one observation or a batch} (or its packed rows, the keys concatenated in sorted order)."""
+        {key: one observation or a batch} (or its packed rows, the keys concatenated in sorted order).
+
+        ``deterministic=False`` (an export with ``--outputs action,distribution``): a sample of the
+        action distribution, with noise drawn from ``rng`` (a NumPy Generator) as training draws it
+        and training's formula (deploy.sampling): the same noise gives the training cell's action."""
+        if not deterministic:
+            self._require_distribution()
+            if not isinstance(rng, np.random.Generator):
+                raise ValueError("act(obs, deterministic=False) needs rng=numpy.random.default_rng(seed) (the "
+                                 "noise's source)")
         if self._stack is not None:  # the same FrameStack as the training loop
             x, single = self.frames(obs)
             x = self._stack.push(x)
         else:
             x, single = self.rows(obs)
-        if self._state is not None:  # the carried state of these envs in, the next state kept
+        if not deterministic:
+            assert self.dist is not None and rng is not None
+            out = self.dist.sample(self.distribution_params(x), self.dist.noise(rng, x.shape[0]))
+        elif self._state is not None:  # the carried state of these envs in, the next state kept
             out = self._state.step(self._guarded_step, x)
         else:
             out = self.run_batched(x) if self.guard is None else self.guard.run(self, x)
@@ -131,6 +146,40 @@ class Policy(Inputs):
         if self.image is not None:
             return self.frames(obs)
         return self.validate(obs), self.is_single(obs)
+
+    def _require_distribution(self) -> None:
+        if self.dist is None:
+            raise ValueError("this policy outputs its action only: export it with `msrl export RUN --outputs "
+                             "action,distribution` to sample it or check its distribution")
+
+    def distribution(self, obs) -> Dict[str, np.ndarray]:
+        """The action distribution's parameters (deploy.sampling's outputs by name) for one
+        observation or a batch, as ``act`` takes them (with frame stacking: the stacked model rows)."""
+        x, single = (self.validate(obs), self.is_single(obs)) if self._stack is not None else self.rows(obs)
+        params = self.distribution_params(x)
+        return {k: v[0] for k, v in params.items()} if single else params
+
+    def distribution_params(self, x: np.ndarray) -> Dict[str, np.ndarray]:
+        """The action distribution's parameters (deploy.sampling's outputs by name) of validated
+        model rows, at the artifact's batch shape."""
+        self._require_distribution()
+        assert self.dist is not None
+        if self.fixed_batch is None:
+            outs = tuple(self._run_outputs(x))
+        else:
+            outs = in_chunks_many(lambda c: tuple(self._run_outputs(c)), (x,), self.fixed_batch)
+        params = split_outputs(self.dist, outs[1:])
+        self.dist.check(params, x.shape[0], f"backend {self.backend}")
+        return params
+
+    def distribution_at_batch(self, obs: np.ndarray, batch: int) -> Dict[str, np.ndarray]:
+        """:meth:`distribution_params` computed ``batch`` rows per call (the golden set's reference shape)."""
+        self._require_distribution()
+        assert self.dist is not None
+        names = self.dist.outputs
+        outs = in_chunks_many(lambda c: tuple(self.distribution_params(self.validate(c))[k] for k in names),
+                              (np.asarray(obs),), batch)
+        return dict(zip(names, outs))
 
     def run_batched(self, x: np.ndarray) -> np.ndarray:
         """Run at the artifact's batch shape: chunks of ``fixed_batch`` (the last one padded)."""
@@ -183,6 +232,10 @@ class Policy(Inputs):
         """A recurrent policy's graph: -> (action, h', c')."""
         raise NotImplementedError
 
+    def _run_outputs(self, x: np.ndarray) -> Sequence[np.ndarray]:  # pragma: no cover - abstract
+        """A distribution export's graph: -> (action, *the distribution's outputs)."""
+        raise NotImplementedError
+
 
 class ExportPolicy(Policy):
     """An export directory on one backend."""
@@ -192,12 +245,16 @@ class ExportPolicy(Policy):
         self.export = export
         self.runner = runner
         self.backend = runner.backend
+        self.dist = export.distribution
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         return self.runner.run(x)
 
     def _run_step(self, x, h, c, episode_start):
         return self.runner.run_step(x, h, c, episode_start)
+
+    def _run_outputs(self, x: np.ndarray) -> Sequence[np.ndarray]:
+        return self.runner.run_outputs(x)
 
 
 def available_backends(export: Export) -> List[str]:

@@ -19,6 +19,7 @@ from .golden import read_golden, read_golden_arrays
 from .graph_io import graph_inputs, multi_input, obs_inputs, read_inputs_io
 from .names import MANIFEST, MAX_BATCH, MAX_DIM, MAX_FILES, MAX_GOLDEN, MAX_MANIFEST_BYTES, MAX_ROW_BYTES, SCHEMA_VERSION, memory_bytes
 from .recurrent import read_state_io
+from .sampling import GOLDEN_PREFIX, read_distribution_io
 from .spaces import SpaceSpec
 
 
@@ -110,6 +111,11 @@ class Export:
             raise ExportError(f"{MANIFEST}: field 'io.output.dtype' is {_short(out_dtype)}, but the action space "
                               f"is {self.spec.act_kind}")
         self.state_size = read_state_io(f, want_b)  # a recurrent graph's h and c units (0: none)
+        # the action distribution's outputs after the action (deploy.sampling; None: the action only)
+        self.distribution = read_distribution_io(f, self.spec, want_b)
+        if self.distribution is not None and self.state_size:
+            raise ExportError(f"{MANIFEST}: field 'io.distribution': a recurrent graph with distribution outputs "
+                              f"is not supported by this reader")
         self.graph_inputs = graph_inputs(self.obs_inputs, self.state_size)
 
     def _files(self, f: _Fields) -> None:
@@ -173,6 +179,11 @@ class Export:
     def golden(self) -> Tuple[np.ndarray, np.ndarray]:
         """(obs, actions) of golden.npz, checked against the manifest before anything is allocated."""
         return read_golden(self)
+
+    def golden_distribution(self) -> Dict[str, np.ndarray]:
+        """The training cell's distribution outputs at the golden observations, by output name."""
+        arrays = read_golden_arrays(self)
+        return {k[len(GOLDEN_PREFIX):]: v for k, v in arrays.items() if k.startswith(GOLDEN_PREFIX)}
 
     def golden_sequences(self) -> Dict[str, np.ndarray]:
         """A recurrent export's golden sequences, step-major: obs (steps, lanes, obs_dim), actions,

@@ -9,14 +9,15 @@ interface a population's stacked agent offers (algorithms/ppo/members.MembersAge
 from __future__ import annotations
 
 import numpy as np
-from mindspore import Parameter, Tensor, nn
+from mindspore import Parameter, Tensor, nn, ops
 
 from msrl_consistent.config import ConfigError
+from msrl_consistent.deploy.sampling import kinds_of
 from msrl_consistent.distributions import action_distribution
 
 from .agents import Agent
 from .encoders import obs_encoder, with_encoder
-from .heads import make_head
+from .heads import DistributionPolicyCell, GaussianOutputs, LogitsOutputs, StateDependentOutputs, make_head
 from .lstm import LSTM, RecurrentPolicyCell
 from .mlp import MLP, Chain, dense
 
@@ -194,6 +195,23 @@ class ActorCriticAgent(Agent):
             return super().policy_cell()
         return RecurrentPolicyCell(self.normalizer, self.obs_encoder, self.lstm_actor, self.actor,
                                    make_head(self.spec, self.squash))
+
+    def distribution_cell(self):
+        """The policy cell with the distribution's parameters as further outputs (deploy.sampling):
+        the logits; the Gaussian's mean and std; gSDE's mean, state-dependent std and latent."""
+        if self.recurrent:
+            raise ConfigError("--outputs distribution: a recurrent policy's distribution export is not supported "
+                              "(its state would be carried beside it); export --outputs action")
+        head, scale = make_head(self.spec, self.squash), None
+        if self.sde_shape:
+            outputs = StateDependentOutputs(self.actor_outputs.trunk, self.actor_outputs.head, self.log_std)
+            scale = ops.exp(self.log_std).asnumpy()  # the Exp kernel training's exploration matrices use
+        elif self.spec.discrete:
+            outputs = LogitsOutputs(self.actor)
+        else:
+            outputs = GaussianOutputs(self.actor, self.log_std)
+        kind = "state_dependent_gaussian" if self.sde_shape else kinds_of(self.spec)[0]
+        return DistributionPolicyCell(self.normalizer, outputs, head, kind, scale)
 
     def distribution(self):
         """The action distribution (distributions.action_distribution): one object per graph that samples

@@ -10,7 +10,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from ..normalization import ObsNormalizer
-from .heads import PolicyCell, make_head
+from .heads import DistributionPolicyCell, PolicyCell, make_head
 from .mlp import MLP
 
 
@@ -45,6 +45,13 @@ class Agent(nn.Cell):
 
     def policy_cell(self) -> PolicyCell:
         return PolicyCell(self.normalizer, self.actor, make_head(self.spec, self.squash))
+
+    def distribution_cell(self) -> DistributionPolicyCell:
+        """The policy cell with its action distribution's parameters as further outputs
+        (deploy.sampling); a deterministic policy (TD3, DQN) has none."""
+        from ..config import ConfigError
+        raise ConfigError(f"--outputs distribution: {type(self).__name__}'s policy is deterministic (no action "
+                          f"distribution to export); export --outputs action")
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn, ops
 
+from ..distributions import sde_std
 from ..normalization import ObsNormalizer
 from .mlp import accurate_tanh
 
@@ -102,3 +103,90 @@ def make_head(spec, squash: bool) -> nn.Cell:
     if squash:
         return TanhScaleHead(spec.act_low, spec.act_high)
     return ClipHead(spec.act_low, spec.act_high)
+
+
+# The action distribution as further outputs (``msrl export --outputs action,distribution``) -----------
+class DistributionPolicyCell(nn.Cell):
+    """The policy cell with its action distribution: obs -> (action, *the distribution's outputs).
+
+    ``outputs(x)`` maps the normalized row to (the action head's input, the tuple of outputs that
+    deploy.sampling names for ``kind``); the action is the deterministic head's, as PolicyCell's.
+    ``sde_scale``: gSDE's exploration-matrix scale exp(log std), a constant recorded in the manifest."""
+
+    def __init__(self, normalizer: ObsNormalizer, outputs: nn.Cell, head: nn.Cell, kind: str, sde_scale=None):
+        super().__init__()
+        self.normalizer = normalizer
+        self.outputs = outputs
+        self.head = head
+        self.kind = kind
+        self.sde_scale = sde_scale
+
+    def construct(self, obs):
+        out, params = self.outputs(self.normalizer(obs))
+        return (self.head(out),) + params
+
+
+class _Outputs(nn.Cell):
+    """A view onto the agent's own cells and Parameters: it renames none of them."""
+
+    def __init__(self):
+        super().__init__(auto_prefix=False)
+
+    def update_parameters_name(self, prefix="", recurse=True):
+        """Attaching renames nothing: the agent names its Parameters."""
+
+
+class LogitsOutputs(_Outputs):
+    """Categorical, MultiCategorical, Bernoulli: the logits."""
+
+    def __init__(self, actor):
+        super().__init__()
+        self.actor = actor
+
+    def construct(self, x):
+        logits = self.actor(x)
+        return logits, (logits,)
+
+
+class GaussianOutputs(_Outputs):
+    """PPO's diagonal Gaussian: the mean and exp(log std) per row (the Exp training samples with).
+
+    The rows of ones are ``mean * 0 + 1`` (exactly 1 for a finite mean), not a constant: at a fixed
+    batch a constant std output is folded by Lite's converter into a parameter it cannot save."""
+
+    def __init__(self, actor, log_std):
+        super().__init__()
+        self.actor = actor
+        self.log_std = log_std
+
+    def construct(self, x):
+        mean = self.actor(x)
+        return mean, (mean, (mean * 0.0 + 1.0) * ops.exp(self.log_std))
+
+
+class StateDependentOutputs(_Outputs):
+    """gSDE: the mean, the row's state-dependent std and the latent features (from the actor trunk)."""
+
+    def __init__(self, trunk, head, log_std):
+        super().__init__()
+        self.trunk, self.head = trunk, head
+        self.log_std = log_std
+
+    def construct(self, x):
+        latent = self.trunk(x)
+        mean = self.head(latent)
+        return mean, (mean, sde_std(latent, self.log_std), latent)
+
+
+class SquashedGaussianOutputs(_Outputs):
+    """SAC: the pre-squash mean and std (the log-std head clamped to [lo, hi], as the sampling cell)."""
+
+    def __init__(self, actor, log_std_head, lo: float, hi: float):
+        super().__init__()
+        self.actor, self.log_std_head = actor, log_std_head
+        self.lo, self.hi = float(lo), float(hi)
+
+    def construct(self, x):
+        h = self.actor.first(x)
+        mean = self.actor.second(h)
+        return mean, (mean, ops.exp(ops.clip_by_value(self.log_std_head(h), self.lo, self.hi)))
