@@ -72,7 +72,7 @@ def float64_states(onnx_path: str, obs: np.ndarray, starts: np.ndarray, hidden: 
 
     def step(x, h, c, s):
         x = x.astype(np.float64) if x.dtype == np.float32 else x
-        _, h2, c2 = ref.run(None, {"obs": x, "h": h, "c": c, "episode_start": s})
+        _, h2, c2 = ref.run(None, {"obs": x, "h": h, "c": c, "episode_start": s})[:3]  # (a distribution export: more)
         return np.asarray(h2, np.float64), np.asarray(c2, np.float64)
 
     return carried_states(step, obs, starts, hidden, np.float64)

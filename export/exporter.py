@@ -113,7 +113,8 @@ def golden_sequences(policy: TrainCellPolicy, lanes: int, steps: int, seed: int 
         starts.append(np.concatenate(flags)[:steps])
     obs, starts = np.stack(obs, axis=1), np.stack(starts, axis=1)  # (steps, lanes, ...)
     ref = run_sequences(policy, obs, starts)
-    flat = {"obs": obs, "actions": ref["actions"], "episode_starts": starts, "h": ref["h"], "c": ref["c"]}
+    flat = {"obs": obs, "actions": ref["actions"], "episode_starts": starts, "h": ref["h"], "c": ref["c"],
+            **{k: v for k, v in ref.items() if k.startswith(GOLDEN_PREFIX)}}  # a distribution export's outputs
     arrays = {k: np.ascontiguousarray(v.reshape((steps * lanes,) + v.shape[2:])) for k, v in flat.items()}
     return arrays, {"rollout": steps * lanes, "bounds": 0, "episodes": episodes, "seed": seed,
                     "sequences": {"lanes": lanes, "steps": steps,

@@ -118,6 +118,10 @@ class TrainCellPolicy(Recordable, deploy.Policy):
     def _run_outputs(self, x: np.ndarray):
         return [o.asnumpy() for o in self.dist_cell(self._Tensor(x))]
 
+    def _run_step_outputs(self, x, h, c, episode_start):
+        T = self._Tensor
+        return [o.asnumpy() for o in self.dist_cell(T(x), T(h), T(c), T(episode_start))]
+
     def _run_step(self, x, h, c, episode_start):
         T = self._Tensor
         return tuple(o.asnumpy() for o in self.cell(T(x), T(h), T(c), T(episode_start)))

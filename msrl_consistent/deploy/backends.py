@@ -51,11 +51,16 @@ class Runner:
         return [np.asarray(o) for o in self.run_all(self._obs(x))]
 
     def run_step(self, x, h, c, episode_start) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        out = self.run_all(self._obs(x) + [h, c, episode_start])
-        if len(out) != 3:
+        out = self.run_step_outputs(x, h, c, episode_start)
+        return out[0], out[1], out[2]
+
+    def run_step_outputs(self, x, h, c, episode_start) -> List[np.ndarray]:
+        """Every output of a recurrent graph: action, h_next, c_next (then a distribution export's)."""
+        out = [np.asarray(o) for o in self.run_all(self._obs(x) + [h, c, episode_start])]
+        if len(out) < 3:
             raise ExportError(f"{self.info.get('file', 'the model')}: returns {len(out)} outputs, a recurrent graph returns 3 "
                               f"(action, h_next, c_next)")
-        return out[0], out[1], out[2]
+        return out
 
 
 def probe_inputs(export: Export, b: int) -> List[np.ndarray]:

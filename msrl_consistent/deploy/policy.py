@@ -125,7 +125,10 @@ class Policy(Inputs):
             x, single = self.rows(obs)
         if not deterministic:
             assert self.dist is not None and rng is not None
-            out = self.dist.sample(self.distribution_params(x), self.dist.noise(rng, x.shape[0]))
+            if self._state is not None:  # the state carried as by the deterministic step
+                out = self._state.step(lambda *xs: self._sample_step(xs, rng), x)
+            else:
+                out = self.dist.sample(self.distribution_params(x), self.dist.noise(rng, x.shape[0]))
         elif self._state is not None:  # the carried state of these envs in, the next state kept
             out = self._state.step(self._guarded_step, x)
         else:
@@ -159,11 +162,25 @@ class Policy(Inputs):
         params = self.distribution_params(x)
         return {k: v[0] for k, v in params.items()} if single else params
 
+    def _sample_step(self, xs: tuple, rng: np.random.Generator):
+        """One recurrent step whose action is sampled: (x, h, c, episode_start) -> (action, h', c')."""
+        assert self.dist is not None
+        if self.fixed_batch is None:
+            outs = tuple(self._run_step_outputs(*xs))
+        else:
+            outs = in_chunks_many(lambda *a: tuple(self._run_step_outputs(*a)), xs, self.fixed_batch)
+        params = split_outputs(self.dist, outs[3:])
+        self.dist.check(params, xs[0].shape[0], f"backend {self.backend}")
+        return self.dist.sample(params, self.dist.noise(rng, xs[0].shape[0])), outs[1], outs[2]
+
     def distribution_params(self, x: np.ndarray) -> Dict[str, np.ndarray]:
         """The action distribution's parameters (deploy.sampling's outputs by name) of validated
         model rows, at the artifact's batch shape."""
         self._require_distribution()
         assert self.dist is not None
+        if self._state is not None:
+            raise ValueError("a recurrent policy's distribution depends on its state: sample it with act(obs, "
+                             "deterministic=False, rng=...), which carries the state")
         if self.fixed_batch is None:
             outs = tuple(self._run_outputs(x))
         else:
@@ -236,6 +253,10 @@ class Policy(Inputs):
         """A distribution export's graph: -> (action, *the distribution's outputs)."""
         raise NotImplementedError
 
+    def _run_step_outputs(self, x, h, c, episode_start) -> Sequence[np.ndarray]:  # pragma: no cover - abstract
+        """A recurrent distribution export's graph: -> (action, h', c', *the distribution's outputs)."""
+        raise NotImplementedError
+
 
 class ExportPolicy(Policy):
     """An export directory on one backend."""
@@ -255,6 +276,9 @@ class ExportPolicy(Policy):
 
     def _run_outputs(self, x: np.ndarray) -> Sequence[np.ndarray]:
         return self.runner.run_outputs(x)
+
+    def _run_step_outputs(self, x, h, c, episode_start) -> Sequence[np.ndarray]:
+        return self.runner.run_step_outputs(x, h, c, episode_start)
 
 
 def available_backends(export: Export) -> List[str]:

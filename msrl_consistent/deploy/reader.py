@@ -113,9 +113,6 @@ class Export:
         self.state_size = read_state_io(f, want_b)  # a recurrent graph's h and c units (0: none)
         # the action distribution's outputs after the action (deploy.sampling; None: the action only)
         self.distribution = read_distribution_io(f, self.spec, want_b)
-        if self.distribution is not None and self.state_size:
-            raise ExportError(f"{MANIFEST}: field 'io.distribution': a recurrent graph with distribution outputs "
-                              f"is not supported by this reader")
         self.graph_inputs = graph_inputs(self.obs_inputs, self.state_size)
 
     def _files(self, f: _Fields) -> None:

@@ -25,18 +25,27 @@ from typing import Any, Dict, List
 import numpy as np
 
 from .compare import compare_actions
+from .sampling import GOLDEN_PREFIX, kl_report, split_outputs
 
 
 def run_sequences(policy: Any, obs: np.ndarray, starts: np.ndarray) -> Dict[str, np.ndarray]:
     """The deployed loop over sequences: ``obs`` (steps, lanes, ...), ``starts`` (steps, lanes).
     -> actions (steps, lanes, ...) and, per step, what the graph was given (h_in, c_in, s_in) and
-    returned (h, c)."""
-    log: Dict[str, List[np.ndarray]] = {k: [] for k in ("h_in", "c_in", "s_in", "h", "c")}
+    returned (h, c; a distribution export's outputs as ``dist_<output>``)."""
+    dist = getattr(policy, "dist", None)  # a distribution export's outputs are recorded too
+    keys = ("h_in", "c_in", "s_in", "h", "c") + tuple(GOLDEN_PREFIX + n for n in (dist.outputs if dist else ()))
+    log: Dict[str, List[np.ndarray]] = {k: [] for k in keys}
     inner = policy._run_step
 
     def recorded(x, h, c, s):
-        a, h2, c2 = inner(x, h, c, s)
-        for k, v in zip(("h_in", "c_in", "s_in", "h", "c"), (h, c, s, h2, c2)):
+        if dist is None:
+            a, h2, c2 = inner(x, h, c, s)
+            params = []
+        else:
+            outs = policy._run_step_outputs(x, h, c, s)
+            a, h2, c2 = outs[:3]
+            params = list(split_outputs(dist, outs[3:]).values())
+        for k, v in zip(keys, [h, c, s, h2, c2] + params):
             log[k].append(np.array(v, np.float32, copy=True))
         return a, h2, c2
 
@@ -140,6 +149,10 @@ def sequence_check(policy: Any, export: Any, atol: float) -> dict:
         return res
     res.update({k: v for k, v in act.items() if k not in ("count", "passed", "first_mismatch")})
     res.update(state_errors(run["h"], run["c"], g["h"], g["c"]))
+    if export.distribution is not None:  # KL at every step, the state carried by the deployed loop
+        flat = {k: v.reshape((steps * lanes,) + v.shape[2:]) for k, v in run.items() if k.startswith(GOLDEN_PREFIX)}
+        res["distribution"] = kl_report(export.distribution, export.golden_distribution(),
+                                        {k[len(GOLDEN_PREFIX):]: v for k, v in flat.items()})
     state_err = np.asarray(res["state_error_per_step"])
     bad_act = act["first_mismatch"]
     bad_state = np.nonzero(state_err > atol)[0]

@@ -198,10 +198,8 @@ class ActorCriticAgent(Agent):
 
     def distribution_cell(self):
         """The policy cell with the distribution's parameters as further outputs (deploy.sampling):
-        the logits; the Gaussian's mean and std; gSDE's mean, state-dependent std and latent."""
-        if self.recurrent:
-            raise ConfigError("--outputs distribution: a recurrent policy's distribution export is not supported "
-                              "(its state would be carried beside it); export --outputs action")
+        the logits; the Gaussian's mean and std; gSDE's mean, state-dependent std and latent (a
+        recurrent policy's after its next state)."""
         head, scale = make_head(self.spec, self.squash), None
         if self.sde_shape:
             outputs = StateDependentOutputs(self.actor_outputs.trunk, self.actor_outputs.head, self.log_std)
@@ -211,6 +209,9 @@ class ActorCriticAgent(Agent):
         else:
             outputs = GaussianOutputs(self.actor, self.log_std)
         kind = "state_dependent_gaussian" if self.sde_shape else kinds_of(self.spec)[0]
+        if self.recurrent:
+            return RecurrentPolicyCell(self.normalizer, self.obs_encoder, self.lstm_actor, self.actor, head,
+                                       outputs=outputs, kind=kind, sde_scale=scale)
         return DistributionPolicyCell(self.normalizer, outputs, head, kind, scale)
 
     def distribution(self):

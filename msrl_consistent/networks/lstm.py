@@ -79,17 +79,26 @@ class RecurrentPolicyCell(nn.Cell):
     Parameter objects the rollout cell and the losses use, as :class:`~.heads.PolicyCell`, with
     the actor's state as explicit inputs and outputs (no state inside the graph, any batch)."""
 
-    def __init__(self, normalizer, encoder, lstm: LSTM, actor: nn.Cell, head: nn.Cell):
+    def __init__(self, normalizer, encoder, lstm: LSTM, actor: nn.Cell, head: nn.Cell, outputs=None,
+                 kind=None, sde_scale=None):
         super().__init__()
         self.normalizer = normalizer
         self.encoder = encoder  # one-hot / Dict keys (networks.encoders), or None for a Box row
         self.lstm = lstm
         self.actor = actor
         self.head = head
+        # a distribution export (heads.DistributionPolicyCell's outputs cell, kind and gSDE scale):
+        # the distribution's outputs after the next state
+        self.outputs = outputs
+        self.kind = kind
+        self.sde_scale = sde_scale
 
     def construct(self, obs, h, c, episode_start):
         x = self.normalizer(obs)
         if self.encoder is not None:
             x = self.encoder(x)
         h2, c2 = self.lstm(x, h, c, episode_start)
-        return self.head(self.actor(h2)), h2, c2
+        if self.outputs is None:
+            return self.head(self.actor(h2)), h2, c2
+        out, params = self.outputs(h2)
+        return (self.head(out), h2, c2) + params

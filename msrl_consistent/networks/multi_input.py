@@ -23,6 +23,7 @@ class PackedInputs(nn.Cell):
     def __init__(self, cell: nn.Cell, obs_inputs):
         super().__init__()
         self.cell = cell
+        self.kind = getattr(cell, "kind", None)  # a distribution export's kind (the ONNX writer names its outputs)
         self.n_obs = len(obs_inputs)
         self.flat = [(-1, int(i.stop - i.start)) for i in obs_inputs]
 

@@ -15,6 +15,7 @@ from msrl_consistent.runtime import TrainCellPolicy, load_policy
 
 SMALL = ["eval.freq=0", "eval.episodes=1", "log.tensorboard=false"]
 PPO_TINY = ["algo.n_steps=64", "algo.batch_size=64", "algo.n_epochs=1", "env.n_envs=2"]
+LSTM_TINY = ["env.n_envs=4", "algo.n_steps=8", "algo.batch_size=16", "algo.n_epochs=2", "policy.lstm_hidden_size=16"]
 CASES = {  # name -> (config, overrides, distribution kind)
     "categorical": ("ppo/CartPole-v1.yaml", PPO_TINY, "categorical"),
     "gaussian": ("ppo/Pendulum-v1.yaml", PPO_TINY, "gaussian"),
@@ -23,6 +24,8 @@ CASES = {  # name -> (config, overrides, distribution kind)
             "squashed_gaussian"),
     "multidiscrete": ("MsrlTestMultiDiscrete-v0", PPO_TINY, "multi_categorical"),
     "multibinary": ("MsrlTestMultiBinary-v0", PPO_TINY, "bernoulli"),
+    "recurrent": ("ppo/CartPoleNoVel-v1-lstm.yaml", LSTM_TINY, "categorical"),
+    "recurrent-gsde": ("ppo/PendulumNoVel-v1-lstm.yaml", LSTM_TINY + ["algo.bptt_steps=8"], "state_dependent_gaussian"),
 }
 BACKENDS = ("mindspore", "onnxruntime", "mindspore_lite")
 
@@ -80,6 +83,8 @@ def test_sampling_on_the_deploying_side_gives_the_training_cells_action(dist_exp
     from mindspore import Tensor
 
     run, out = dist_export(name)
+    if name.startswith("recurrent"):
+        return _recurrent_sampling(run, out, exact=name == "recurrent")
     exported = load_policy(out, backend="mindspore")
     obs, _ = exported.export.golden()
     obs = obs[:8]
@@ -105,6 +110,34 @@ def test_sampling_on_the_deploying_side_gives_the_training_cells_action(dist_exp
     np.testing.assert_array_equal(sampled_train, got)  # the training cell's outputs through the same formula
     assert not np.array_equal(exported.act(obs, deterministic=False, rng=np.random.default_rng(8)), got) \
         or name == "categorical"  # another seed, other noise (a near-certain CartPole policy may agree)
+
+
+def _recurrent_sampling(run, out, exact):
+    """A recurrent policy: act(obs, deterministic=False, rng) step after step carries the state as
+    the deterministic act does, and samples what training's rollout cell samples from the same
+    noise (its state carried the same way, from zero at the first step)."""
+    from mindspore import Tensor
+
+    from msrl_consistent.algorithms.ppo.recurrent import RecurrentRollout
+    exported = load_policy(out, backend="mindspore")
+    seqs = exported.export.golden_sequences()
+    obs = seqs["obs"][:12]  # (steps, lanes, obs_dim); the lanes' first episodes
+    rng = np.random.default_rng(7)
+    exported.reset()
+    got = [exported.act(o, deterministic=False, rng=rng) for o in obs]
+    agent = TrainCellPolicy(run).agent
+    cell, n, lanes = RecurrentRollout(agent), agent.lstm_actor.hidden, obs.shape[1]
+    state, start, rng = np.zeros((lanes, 4 * n), np.float32), np.ones(lanes, np.float32), np.random.default_rng(7)
+    for t, o in enumerate(obs):
+        noise = agent.distribution().noise(rng, lanes)
+        env_a, _, _, _, state = cell(Tensor(o), Tensor(state), Tensor(start), Tensor(noise))
+        state, start = state.asnumpy(), np.zeros(lanes, np.float32)
+        if exact:
+            np.testing.assert_array_equal(got[t], env_a.asnumpy(), err_msg=f"step {t}")
+        else:  # gSDE's exploration matrix product: NumPy's against MindSpore's BatchMatMul
+            np.testing.assert_allclose(got[t], env_a.asnumpy(), rtol=0, atol=2e-6, err_msg=f"step {t}")
+    with pytest.raises(ValueError, match="depends on its state"):
+        exported.distribution(obs[0])
 
 
 def test_a_sample_needs_a_distribution_export_and_a_generator(cartpole_run, tmp_path, capsys):
@@ -140,11 +173,9 @@ def test_the_documented_board_sampling_runs_in_an_export_directory(dist_export, 
 
 
 @pytest.mark.parametrize("config,words", [
-    ("td3/Pendulum-v1.yaml", "deterministic"), ("dqn/CartPole-v1.yaml", "deterministic"),
-    ("ppo/CartPoleNoVel-v1-lstm.yaml", "recurrent")])
+    ("td3/Pendulum-v1.yaml", "deterministic"), ("dqn/CartPole-v1.yaml", "deterministic")])
 def test_policies_without_an_exportable_distribution_are_refused(tmp_path, config, words, capsys):
-    sets = {"td3": ["algo.learning_starts=32", "algo.batch_size=16"], "dqn": ["algo.learning_starts=32"],
-            "ppo": ["algo.n_steps=32", "algo.batch_size=64", "env.n_envs=2", "algo.n_epochs=1"]}[config[:3]]
+    sets = {"td3": ["algo.learning_starts=32", "algo.batch_size=16"], "dqn": ["algo.learning_starts=32"]}[config[:3]]
     run, _, _ = train_run(tmp_path, config, SMALL + sets + ["total_timesteps=64"], "run")
     capsys.readouterr()
     out = str(tmp_path / "export")
