@@ -157,6 +157,9 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
     with staging(out_dir) as tmp:
         graph = policy_graph(reference, run_dir, precision, batch, tmp)
         info = mf.ExportInfo(formats=formats, precision=precision, batch=batch, golden_batch=graph.golden_batch)
+        if precision == "fp16":
+            from .sweep import FP32_KEPT
+            info.conversion["fp16"] = {"float32_parts": list(FP32_KEPT)}
         write_formats(graph, opts, info)
         write_bundle(tmp)
         arrays, counts = write_golden(tmp, reference, golden, graph.golden_batch)
@@ -169,11 +172,12 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
 
 
 def policy_graph(reference: TrainCellPolicy, run_dir: str, precision: str, batch, tmp: str) -> Graph:
-    """The cell to export (the training cell itself; fp16: the same cell computing in float16),
+    """The cell to export (the training cell itself; fp16: the same cell computing in float16 but
+    for the parts float16 cannot hold),
     its graph inputs, and the golden set's batch (a recurrent one steps GOLDEN_LANES envs together)."""
-    if precision == "fp16":
+    if precision == "fp16":  # float16 but the normalization and the action head (sweep.FP32_KEPT)
         from .sweep import emulated_policy
-        cell = emulated_policy(run_dir, reference.checkpoint, "fp16").cell
+        cell = emulated_policy(run_dir, reference.checkpoint, "fp16-kept").cell
     elif reference.dist is not None:
         cell = reference.dist_cell  # the training cell's Parameters, the distribution's outputs after the action
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import List
+from typing import List, Optional
 
 ATC_PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
 DEFAULT_PRECISION_MODE = "must_keep_origin_dtype"
@@ -35,7 +35,7 @@ def input_shape(inputs, batch: int) -> str:
 
 
 def atc_command(atc: str, onnx_path: str, output_base: str, inputs, batch: int,
-                soc_version: str, precision_mode: str) -> List[str]:
+                soc_version: str, precision_mode: str, keep_dtype: Optional[str] = None) -> List[str]:
     if precision_mode not in ATC_PRECISION_MODES:
         raise ValueError(f"--precision-mode {precision_mode!r} is not an ATC precision mode; "
                          f"expected one of {', '.join(ATC_PRECISION_MODES)}")
@@ -49,6 +49,7 @@ def atc_command(atc: str, onnx_path: str, output_base: str, inputs, batch: int,
         f"--soc_version={soc_version}",
         f"--input_shape={input_shape(inputs, batch)}",
         f"--precision_mode={precision_mode}",
+        *([f"--keep_dtype={keep_dtype}"] if keep_dtype else []),
         "--log=error",
     ]
 
@@ -64,12 +65,13 @@ def find_atc() -> str:
 
 
 def write_om(onnx_path: str, out_path: str, inputs, batch: int, soc_version: str,
-             precision_mode: str = DEFAULT_PRECISION_MODE) -> dict:
-    """Run ATC on the ONNX graph whose inputs are ``inputs``; returns the options and command
+             precision_mode: str = DEFAULT_PRECISION_MODE, keep_dtype: Optional[str] = None) -> dict:
+    """Run ATC on the ONNX graph whose inputs are ``inputs`` (``keep_dtype``: the file of nodes a
+    float16 precision mode keeps in float32, keep_dtype.py); returns the options and command
     recorded in the manifest."""
     assert out_path.endswith(".om")
     atc = find_atc()
-    cmd = atc_command(atc, onnx_path, out_path[:-3], inputs, batch, soc_version, precision_mode)
+    cmd = atc_command(atc, onnx_path, out_path[:-3], inputs, batch, soc_version, precision_mode, keep_dtype)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"atc failed with exit code {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}\n"
@@ -78,4 +80,5 @@ def write_om(onnx_path: str, out_path: str, inputs, batch: int, soc_version: str
         raise RuntimeError(f"atc exited 0 but did not write {out_path}; command: {' '.join(cmd)}")
     return {"tool": "atc", "soc_version": soc_version, "precision_mode": precision_mode,
             "framework": ONNX_FRAMEWORK, "input_shape": input_shape(inputs, batch),
+            **({"keep_dtype": os.path.basename(keep_dtype)} if keep_dtype else {}),
             "command": [os.path.basename(cmd[0])] + cmd[1:]}

@@ -6,6 +6,13 @@ emulated on the MindSpore CPU backend, as numbers a user can choose a conversion
 | fp32           | must_keep_origin_dtype, force_fp32      | enforce_origin, enforce_fp32     |
 | fp16-matmul    | allow_fp32_to_fp16                      | preferred_fp32                   |
 | fp16           | force_fp16 (ATC's default)              | enforce_fp16                     |
+| fp16-kept      | force_fp16 with msrl's --keep_dtype     | enforce_origin on an fp16 export |
+
+fp16-kept is what msrl deploys in float16: the cell in float16 except the parts of
+:data:`FP32_KEPT` (the observation normalization and the action head), which float16 cannot
+hold (a masked observation's variance of ~1e-9 plus the normalizer's 1e-8 is 0 in float16),
+kept in float32 (``msrl export --precision fp16``'s graph; ATC's ``--keep_dtype`` list of an om
+export converted with a float16 mode, export/keep_dtype.py).
 
 allow_mix_precision / preferred_optimal choose fp16 op by op from CANN's built-in lists, which
 cannot be reproduced here: they are listed as not emulated. The emulations are arithmetic
@@ -30,21 +37,27 @@ MODES = [
     {"emulation": "fp32", "atc": "must_keep_origin_dtype, force_fp32", "lite": "enforce_origin, enforce_fp32"},
     {"emulation": "fp16-matmul", "atc": "allow_fp32_to_fp16", "lite": "preferred_fp32"},
     {"emulation": "fp16", "atc": "force_fp16 (ATC default)", "lite": "enforce_fp16"},
+    {"emulation": "fp16-kept", "atc": "force_fp16 with msrl's --keep_dtype", "lite": "enforce_origin on an fp16 export"},
 ]
+FP32_KEPT = ("normalizer", "head")
+"""The policy cell's parts a float16 deployment keeps in float32: the observation normalization
+and the action head (its post-processing)."""
 NOT_EMULATED = [{"atc": "allow_mix_precision", "lite": "preferred_optimal",
                  "why": "op-by-op fp16 selection from CANN's built-in lists; not reproducible on the CPU backend"}]
 
 
 class CastIO(nn.Cell):
-    """float32 in and out around a cell that computes in float16 (fp16 deployment emulation)."""
+    """float32 in and out around a cell that computes in float16 (fp16 deployment emulation);
+    ``half_input`` False: the observation enters as float32 (a kept normalizer takes it)."""
 
-    def __init__(self, cell: nn.Cell, discrete: bool):
+    def __init__(self, cell: nn.Cell, discrete: bool, half_input: bool = True):
         super().__init__()
         self.cell = cell
         self.discrete = discrete
+        self.dtype = ms.float16 if half_input else ms.float32
 
     def construct(self, obs):
-        out = self.cell(ops.cast(obs, ms.float16))
+        out = self.cell(ops.cast(obs, self.dtype))
         if self.discrete:
             return out
         return ops.cast(out, ms.float32)
@@ -55,14 +68,16 @@ class CastState(nn.Cell):
     episode_start) -> (action, h', c'), the state crossing the graph boundary as float32 (what the
     manifest declares), so its rounding to float16 inside each step accumulates over the episode."""
 
-    def __init__(self, cell: nn.Cell, discrete: bool):
+    def __init__(self, cell: nn.Cell, discrete: bool, half_input: bool = True):
         super().__init__()
         self.cell = cell
         self.discrete = discrete
+        self.dtype = ms.float16 if half_input else ms.float32
 
     def construct(self, obs, h, c, episode_start):
         half = ms.float16
-        a, h2, c2 = self.cell(ops.cast(obs, half), ops.cast(h, half), ops.cast(c, half), ops.cast(episode_start, half))
+        a, h2, c2 = self.cell(ops.cast(obs, self.dtype), ops.cast(h, half), ops.cast(c, half),
+                              ops.cast(episode_start, half))
         if not self.discrete:
             a = ops.cast(a, ms.float32)
         return a, ops.cast(h2, ms.float32), ops.cast(c2, ms.float32)
@@ -109,17 +124,22 @@ def fp16_matmuls(cell: nn.Cell) -> nn.Cell:
 
 def emulated_policy(run_dir: str, checkpoint: Optional[str], emulation: str) -> TrainCellPolicy:
     """The training cell of a run with ``emulation`` applied: fp32 (as trained), fp16-matmul (the
-    Dense layers in float16 between float32 activations) or fp16 (the whole cell in float16, float32
-    input and output). Each call loads its own agent: the fp16 emulations change it in place."""
+    Dense layers in float16 between float32 activations), fp16 (the whole cell in float16, float32
+    input and output) or fp16-kept (fp16 but the parts of FP32_KEPT in float32: an fp16 export).
+    Each call loads its own agent: the fp16 emulations change it in place."""
     pol = TrainCellPolicy(run_dir, checkpoint)
+    wrap = CastState if pol.state_size else CastIO
     if emulation == "fp16":
-        wrap = CastState if pol.state_size else CastIO
         pol.cell = wrap(pol.cell.to_float(ms.float16), pol.spec.discrete)
+    elif emulation == "fp16-kept":  # each part of the cell in float16, but FP32_KEPT's
+        for name, child in pol.cell.name_cells().items():
+            child.to_float(ms.float32 if name in FP32_KEPT else ms.float16)
+        pol.cell = wrap(pol.cell, pol.spec.discrete, half_input=False)
     elif emulation == "fp16-matmul":
         fp16_matmuls(pol.agent)
         pol.cell = pol.agent.policy_cell()
     elif emulation != "fp32":
-        raise ValueError(f"emulation {emulation!r}: expected fp32, fp16 or fp16-matmul")
+        raise ValueError(f"emulation {emulation!r}: expected fp32, fp16-matmul, fp16 or fp16-kept")
     return pol
 
 

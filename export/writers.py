@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, List, Optional
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy.formats import FORMATS, NAMES, get_format
 
+from .keep_dtype import FP16_MODES, KEEP_FILE, write_keep_dtype
 from .lite import check_options as check_lite_options
 from .lite import write_lite
 from .mindir import write_mindir
@@ -109,11 +110,16 @@ def _write_om(g: Graph, opts: Options, info) -> None:
     report = preflight(g.path("onnx"), opts.precision_mode)
     require_pass(report)  # before ATC runs, naming the operator ATC would refuse
     info.conversion["atc_preflight"] = report
+    keep = None
+    if opts.precision_mode in FP16_MODES:  # the normalization and the action head stay float32
+        keep = os.path.join(g.dir, KEEP_FILE)
+        info.conversion["atc_keep_dtype"] = {"file": KEEP_FILE, "nodes": write_keep_dtype(g.path("onnx"), keep),
+                                             "parts": ["observation preprocessing", "action head"]}
     if opts.preflight_only:
         info.formats.remove("om")
     else:
         info.conversion["om"] = write_om(g.path("onnx"), g.path("om"), g.inputs, g.golden_batch, opts.soc_version,
-                                         opts.precision_mode)
+                                         opts.precision_mode, keep)
 
 
 def _write_lite(g: Graph, opts: Options, info) -> None:

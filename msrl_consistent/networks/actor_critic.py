@@ -9,7 +9,7 @@ interface a population's stacked agent offers (algorithms/ppo/members.MembersAge
 from __future__ import annotations
 
 import numpy as np
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, ops
 
 from msrl_consistent.config import ConfigError
 from msrl_consistent.deploy.sampling import kinds_of
@@ -17,7 +17,7 @@ from msrl_consistent.distributions import action_distribution
 
 from .agents import Agent
 from .encoders import obs_encoder, with_encoder
-from .heads import DistributionPolicyCell, GaussianOutputs, LogitsOutputs, StateDependentOutputs, make_head
+from .heads import DistributionPolicyCell, GaussianOutputs, LogitsOutputs, Part, StateDependentOutputs, make_head
 from .lstm import LSTM, RecurrentPolicyCell
 from .mlp import MLP, Chain, dense
 
@@ -31,21 +31,6 @@ def check_recurrent(cfg, spec) -> None:
     if spec.frame_stack > 1:
         raise ConfigError(f"key 'env.frame_stack' is {spec.frame_stack} with policy.recurrent; the LSTM is the "
                           f"policy's memory: set env.frame_stack: 1")
-
-
-class Part(nn.Cell):
-    """A view onto cells the agent owns, computing one step of its forward pass with them.
-
-    The agent is composed of parts (which rows the heads read, how the actor's outputs are formed,
-    the critic's value) instead of mode flags branched on in every method. A part leaves the
-    Parameters' names as their owners (``actor``, ``critic``, ``normalizer``) set them, so
-    checkpoints and optimizer state do not depend on it."""
-
-    def __init__(self):
-        super().__init__(auto_prefix=False)
-
-    def update_parameters_name(self, prefix="", recurse=True):
-        """Attaching a part renames nothing: the owners name the Parameters."""
 
 
 class NormalizedRows(Part):

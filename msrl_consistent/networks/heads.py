@@ -126,17 +126,22 @@ class DistributionPolicyCell(nn.Cell):
         return (self.head(out),) + params
 
 
-class _Outputs(nn.Cell):
-    """A view onto the agent's own cells and Parameters: it renames none of them."""
+class Part(nn.Cell):
+    """A view onto cells the agent owns, computing one step of its forward pass with them.
+
+    The agent is composed of parts (which rows the heads read, how the actor's outputs are formed,
+    the critic's value, a distribution export's outputs) instead of mode flags branched on in every
+    method. A part leaves the Parameters' names as their owners (``actor``, ``critic``,
+    ``normalizer``) set them, so checkpoints and optimizer state do not depend on it."""
 
     def __init__(self):
         super().__init__(auto_prefix=False)
 
     def update_parameters_name(self, prefix="", recurse=True):
-        """Attaching renames nothing: the agent names its Parameters."""
+        """Attaching a part renames nothing: the owners name the Parameters."""
 
 
-class LogitsOutputs(_Outputs):
+class LogitsOutputs(Part):
     """Categorical, MultiCategorical, Bernoulli: the logits."""
 
     def __init__(self, actor):
@@ -148,7 +153,7 @@ class LogitsOutputs(_Outputs):
         return logits, (logits,)
 
 
-class GaussianOutputs(_Outputs):
+class GaussianOutputs(Part):
     """PPO's diagonal Gaussian: the mean and exp(log std) per row (the Exp training samples with).
 
     The rows of ones are ``mean * 0 + 1`` (exactly 1 for a finite mean), not a constant: at a fixed
@@ -164,7 +169,7 @@ class GaussianOutputs(_Outputs):
         return mean, (mean, (mean * 0.0 + 1.0) * ops.exp(self.log_std))
 
 
-class StateDependentOutputs(_Outputs):
+class StateDependentOutputs(Part):
     """gSDE: the mean, the row's state-dependent std and the latent features (from the actor trunk)."""
 
     def __init__(self, trunk, head, log_std):
@@ -178,7 +183,7 @@ class StateDependentOutputs(_Outputs):
         return mean, (mean, sde_std(latent, self.log_std), latent)
 
 
-class SquashedGaussianOutputs(_Outputs):
+class SquashedGaussianOutputs(Part):
     """SAC: the pre-squash mean and std (the log-std head clamped to [lo, hi], as the sampling cell)."""
 
     def __init__(self, actor, log_std_head, lo: float, hi: float):

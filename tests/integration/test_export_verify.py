@@ -185,6 +185,35 @@ def test_fp16_export_reports_drift(cartpole_run, tmp_path):
     assert "agreement" in r["golden"]
 
 
+def test_fp16_keeps_a_normalization_float16_cannot_hold(pendulum_run, tmp_path):
+    """A normalizer whose variance float16 cannot hold (a dimension that never moved: var 1e-9,
+    and 1e-9 + 1e-8 is 0 in float16) makes the whole-cell fp16 emulation divide by zero; the fp16
+    export keeps the normalization (and the action head) in float32 and acts like the fp32 cell."""
+    import shutil
+
+    from msrl_consistent.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from msrl_consistent.export.sweep import emulated_policy
+    run = str(tmp_path / "run")
+    shutil.copytree(pendulum_run, run)
+    path = latest_checkpoint(run)
+    tensors, meta = load_checkpoint(path)
+    tensors["agent/normalizer.var"][2] = 1e-9  # the angular velocity, as if it never moved
+    tensors["agent/normalizer.mean"][2] = 0.0
+    save_checkpoint(path, tensors, meta)
+    obs = np.random.default_rng(0).uniform(-1, 1, (64, 3)).astype(np.float32)
+    obs[:, 2] = 0.0
+    fp32 = emulated_policy(run, path, "fp32").act(obs)
+    whole = emulated_policy(run, path, "fp16").act(obs)
+    kept = emulated_policy(run, path, "fp16-kept").act(obs)
+    err_whole, err_kept = np.abs(whole - fp32).max(), np.abs(kept - fp32).max()
+    assert err_whole > 20 * err_kept, (err_whole, err_kept)  # 0 / 0 in float16 where the row has 0
+    out = str(tmp_path / "fp16")
+    m = export_run(run, out, precision="fp16", golden=64, formats=["mindir", "onnx"])
+    assert m.export.conversion["fp16"] == {"float32_parts": ["normalizer", "head"]}
+    exported = load_policy(out, backend="onnxruntime").act(obs)
+    assert np.abs(exported - fp32).max() * 20 < err_whole
+
+
 def test_fixed_batch_export(cartpole_run, tmp_path):
     out = str(tmp_path / "b8")
     m = export_run(cartpole_run, out, formats=["mindir", "onnx"], batch=8, golden=100)

@@ -29,15 +29,21 @@ def test_atc_command_mapping():
         atc_command("atc", "a", "b", [("obs", (4,), "float32")], 1, "Ascend310P3", "fp16")
 
 
-def test_om_export_with_stand_in_atc(cartpole_run, tmp_path, monkeypatch):
+@pytest.fixture
+def record(tmp_path, monkeypatch):
+    """A stand-in `atc` first on PATH; the file it records its arguments into."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     atc = bindir / "atc"
     atc.write_text(STAND_IN.format(python=sys.executable))
     atc.chmod(atc.stat().st_mode | stat.S_IEXEC)
-    record = tmp_path / "args.json"
+    path = tmp_path / "args.json"
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("ATC_RECORD", str(record))
+    monkeypatch.setenv("ATC_RECORD", str(path))
+    return path
+
+
+def test_om_export_with_stand_in_atc(cartpole_run, tmp_path, record):
     out = tmp_path / "om"
     rc = main(["export", cartpole_run, "--out", str(out), "--format", "om", "--soc-version", "Ascend310P3",
                "--batch", "4", "--golden", "64"])
@@ -65,3 +71,32 @@ def test_om_without_atc_exit_2(cartpole_run, tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "atc" in err and "CANN" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_float16_modes_keep_the_normalization_and_the_head_in_float32(pendulum_run, tmp_path, record):
+    """ATC's force_fp16 gets --keep_dtype: a file naming actor.onnx's nodes of the observation
+    normalization and of the action head (found from the graph's structure), shipped in the export
+    and recorded in the manifest; must_keep_origin_dtype (every dtype kept) gets none."""
+    import onnx
+
+    from msrl_consistent.export.keep_dtype import KEEP_FILE
+    out = tmp_path / "fp16"
+    assert main(["export", pendulum_run, "--out", str(out), "--format", "om", "--soc-version", "Ascend310P3",
+                 "--precision-mode", "force_fp16", "--golden", "32"]) == 0
+    args = json.loads(record.read_text())
+    keep = [a for a in args if a.startswith("--keep_dtype=")]
+    assert len(keep) == 1 and keep[0].endswith(KEEP_FILE)
+    names = (out / KEEP_FILE).read_text().split()
+    types = {n.name: n.op_type for n in onnx.load(str(out / "actor.onnx")).graph.node}
+    assert names and set(names) <= set(types)
+    kept = [types[n] for n in names]
+    # normalization: (obs - mean) / std, clipped to +-10; head: the mean clipped to the Box
+    assert kept[:2] == ["Sub", "Div"] and kept.count("Max") == 2 and "Gemm" not in kept and "Tanh" not in kept
+    m = read_manifest(str(out))
+    assert m.export.conversion["atc_keep_dtype"]["nodes"] == len(names) and KEEP_FILE in m.files
+    assert m.export.conversion["om"]["keep_dtype"] == KEEP_FILE
+    out2 = tmp_path / "origin"
+    assert main(["export", pendulum_run, "--out", str(out2), "--format", "om", "--soc-version", "Ascend310P3",
+                 "--golden", "32"]) == 0
+    assert not any(a.startswith("--keep_dtype") for a in json.loads(record.read_text()))
+    assert not (out2 / KEEP_FILE).exists()

@@ -83,7 +83,7 @@ def test_precision_sweep_in_export(pend_exports):
     fp32, _ = pend_exports
     m = json.load(open(os.path.join(fp32, "manifest.json")))
     rows = {r["emulation"]: r for r in m["precision_sweep"]["rows"]}
-    assert set(rows) == {"fp32", "fp16-matmul", "fp16"}
+    assert set(rows) == {"fp32", "fp16-matmul", "fp16", "fp16-kept"}
     assert rows["fp32"]["golden_max_abs_error"] == 0.0 and rows["fp32"]["return_delta"] == 0.0
     assert rows["fp16"]["golden_max_abs_error"] > 0.0
     assert "precision_sweep.md" in m["files"]

@@ -167,7 +167,7 @@ def test_discrete_observation_trace_replays(space_export, tmp_path, capsys):
     assert main(["replay", out, _rewrite(trace, str(tmp_path / "bad.npz"), obs=obs)]) == 2
     err = capsys.readouterr().err
     assert "bad.npz: 'obs' row 0: expected Discrete(16) observations" in err and "got 16.0" in err
-    assert set(_sweep_rows(out)) == {"fp32", "fp16-matmul", "fp16"}
+    assert set(_sweep_rows(out)) == {"fp32", "fp16-matmul", "fp16", "fp16-kept"}
 
 
 @pytest.mark.parametrize("name,change,message", [
