@@ -267,11 +267,12 @@ class ImageEncoder(nn.Cell):
         <= 3 input rows it covers: Gathers of whole rows, exact per element); area resize of the
         columns (one MatMul with a constant (W, W') matrix); /255 last, on the smallest tensor.
         Without grayscale, channels-last frames are turned channels-first after the row resize.
-        No gradient flows into it (it has no parameters)."""
+        No gradient flows into it (it has no parameters). The MatMuls' constants are cast to the
+        frames' dtype (a no-op in float32): a cell emulating float16 holds them in float16."""
         x = ops.cast(x, ms.float32).reshape(self.in_shape)
         if self.grayscale:
             if self.channels_last:
-                x = self.matmul(x.reshape(self.pixels), self.gray)
+                x = self.matmul(x.reshape(self.pixels), ops.cast(self.gray, x.dtype))
             else:
                 x = (x * self.gray).sum(2)
             x = x.reshape(self.gray_shape)
@@ -284,7 +285,7 @@ class ImageEncoder(nn.Cell):
             x = ops.transpose(x.reshape(self.hwc), (0, 1, 4, 2, 3))
         x = x.reshape(self.stacked)
         if self.resize:
-            x = self.matmul(x.reshape(self.rows_2d), self.rw_t).reshape(self.out_shape)
+            x = self.matmul(x.reshape(self.rows_2d), ops.cast(self.rw_t, x.dtype)).reshape(self.out_shape)
         return ops.stop_gradient(x / 255.0)
 
     def construct(self, x):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from msrl_consistent.cli import main
+from msrl_consistent.deploy import check as check_export
 from msrl_consistent.manifest import read_manifest
 from msrl_consistent.runtime import load_policy
 
@@ -319,6 +320,10 @@ def test_full_size_atari_frames_export_and_verify(tmp_path, capsys):
     assert main(["verify", out, "--episodes", "1"]) == 0
     assert "PASS" in capsys.readouterr().out
     assert main(["verify", out, "--backend", "onnxruntime", "--episodes", "1"]) == 0
+    # fp16 (the grayscale and resize MatMuls' constants in the frames' dtype): exported and checked
+    out16 = str(tmp_path / "fp16")
+    assert main(["export", run, "--out", out16, "--golden", "16", "--precision", "fp16"]) == 0
+    assert check_export(out16, "mindspore", latency_seconds=0, write_report=False)["golden"]["agreement"] >= 0.5
     m = read_manifest(out)
     assert m.spaces["observation"]["shape"] == [210, 160, 3]
     assert m.io["input"] == {"name": "obs", "shape": [None, 4 * 210 * 160 * 3], "dtype": "uint8"}
