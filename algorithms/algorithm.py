@@ -95,15 +95,17 @@ class Algorithm:
         if self.obs_rms is not None:
             self.agent.normalizer.set_stats(self.obs_rms)
 
-    def evaluate(self, episodes: int, seed: int) -> Tuple[List[float], List[int]]:
+    def evaluate(self, episodes: int, seed: int, max_steps: Optional[int] = None,
+                 stop=None) -> Tuple[List[float], List[int]]:
         """``episodes`` seeded episodes of the policy cell, side by side: one graph call per step
-        (a recurrent cell with each env's state carried and reset where its episode ended)."""
+        (a recurrent cell with each env's state carried and reset where its episode ended);
+        ``max_steps`` and ``stop`` as episodes.run_episodes."""
         act, reset = self.act_deterministic, None
         if self.agent.state_size:
             state = RecurrentState(self.agent.state_size)
             act, reset = (lambda obs: state.step(self._policy_step, np.asarray(obs, np.float32))), state.reset
         res = run_episodes(self.cfg.env, act, episodes, seed, side_by_side=True, frame_stack=self.spec.frame_stack,
-                           reset=reset)
+                           reset=reset, max_steps=max_steps, stop=stop)
         return res["returns"], res["lengths"]
 
     def _policy_step(self, x, h, c, episode_start):

@@ -1,14 +1,9 @@
 """Typed, validated configuration: dataclasses, YAML loading (``yaml.safe_load`` only), ``--set``.
 
-A config file looks like::
-
-    algorithm: ppo
-    total_timesteps: 100000
-    env: {id: CartPole-v1, n_envs: 8}
-    algo: {learning_rate: 1.0e-3, n_steps: 32, ...}   # the algorithm's own dataclass
-
-Every field is declared once, with a one-line docstring (a string literal under the field),
-which ``msrl`` prints in its config reference. Nothing is evaluated as Python.
+A config file looks like ``{algorithm: ppo, total_timesteps: 100000, env: {id: CartPole-v1},
+algo: {n_steps: 32}}`` (``algo``: the algorithm's own dataclass). Every field is declared once,
+with a one-line docstring (a string literal under the field), which ``msrl`` prints in its config
+reference. Nothing is evaluated as Python.
 """
 from __future__ import annotations
 
@@ -109,8 +104,10 @@ class EvalConfig:
     """Episodes per evaluation."""
     seed_offset: int = 10000
     """Evaluation episodes are seeded with seed + seed_offset + i (disjoint from training seeds)."""
+    max_steps: Optional[int] = None
+    """Cap on each evaluation episode's steps (None: the environment's own limit), recorded with the results."""
 
-    checks: ClassVar[Dict[str, Check]] = {"freq": NON_NEGATIVE, "episodes": POSITIVE}
+    checks: ClassVar[Dict[str, Check]] = {"freq": NON_NEGATIVE, "episodes": POSITIVE, "max_steps": POSITIVE}
 
 
 @dataclass

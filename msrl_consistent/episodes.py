@@ -88,9 +88,19 @@ class _VectorEnv:
         return flat_obs(obs, self.n), np.asarray(r, np.float64), np.asarray(term, bool) | np.asarray(trunc, bool)
 
 
+class EvaluationStopped(Exception):
+    """``run_episodes``' ``stop`` returned a signal number: the episodes were abandoned."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"evaluation stopped by signal {signum}")
+        self.signum = int(signum)
+
+
 def _play(envs, spec, n: int, seeds: List[int], act: Act, reset: Reset, frame_stack: int, latencies: list,
-          on_step=None, reference: Optional[Act] = None, keep: bool = False):
-    """Step ``n`` envs from their seeds until every episode ended: (returns, lengths, trajectories)."""
+          on_step=None, reference: Optional[Act] = None, keep: bool = False, max_steps: Optional[int] = None,
+          stop=None):
+    """Step ``n`` envs from their seeds until every episode ended (or ran ``max_steps``):
+    (returns, lengths, trajectories)."""
     obs = envs.reset(seeds)
     reset(None)
     stack = FrameStack(frame_stack, obs.shape[1]) if frame_stack > 1 else None
@@ -98,6 +108,9 @@ def _play(envs, spec, n: int, seeds: List[int], act: Act, reset: Reset, frame_st
     done, ended = np.zeros(n, bool), None
     trajs: List[Dict[str, list]] = [{"obs": [], "act": [], "ref": []} for _ in range(n)]
     while not done.all():
+        signum = None if stop is None else stop()
+        if signum:
+            raise EvaluationStopped(signum)
         x = stack.push(obs, ended) if stack is not None else obs
         t0 = time.perf_counter()
         action = np.asarray(act(x))
@@ -119,6 +132,8 @@ def _play(envs, spec, n: int, seeds: List[int], act: Act, reset: Reset, frame_st
             for i in np.flatnonzero(live):
                 on_step(i, int(lengths[i]) - 1, obs[i], _one(spec, a[i]), float(r[i]), bool(ended[i]))
         obs = next_obs
+        if max_steps is not None:
+            ended = ended | (lengths >= max_steps)
         done |= ended
         if ended.any() and not done.all():
             reset(ended)
@@ -127,8 +142,11 @@ def _play(envs, spec, n: int, seeds: List[int], act: Act, reset: Reset, frame_st
 
 def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step=None,
                  reference: Optional[Act] = None, trajectories: bool = False, *, side_by_side: bool = False,
-                 frame_stack: int = 1, reset: Optional[Reset] = None) -> Dict[str, list]:
-    """Roll out ``act`` for ``episodes`` seeded episodes.
+                 frame_stack: int = 1, reset: Optional[Reset] = None, max_steps: Optional[int] = None,
+                 stop=None) -> Dict[str, list]:
+    """Roll out ``act`` for ``episodes`` seeded episodes (each ended after ``max_steps`` steps when
+    given; ``stop()``, asked before every step, returns a signal number to abandon them with
+    EvaluationStopped).
 
     Returns ``returns``, ``lengths`` and ``latencies`` (the wall time of every ``act`` call, in
     seconds). ``on_step(episode, t, obs, action, reward, done)`` is called after every step.
@@ -166,7 +184,8 @@ def run_episodes(env_cfg: EnvConfig, act: Act, episodes: int, seed: int, on_step
         for lanes, n, seeds in rounds:
             first = len(returns)
             step = None if on_step is None else (lambda i, *rest, first=first: on_step(first + i, *rest))
-            rets, lens, trajs = _play(lanes, spec, n, seeds, act, reset, frame_stack, latencies, step, reference, keep)
+            rets, lens, trajs = _play(lanes, spec, n, seeds, act, reset, frame_stack, latencies, step, reference, keep,
+                                      max_steps, stop)
             returns += [float(x) for x in rets]
             lengths += [int(x) for x in lens]
             if keep:

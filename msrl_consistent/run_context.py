@@ -13,6 +13,7 @@ import numpy as np
 
 from msrl_consistent import checkpoint as ckpt
 from msrl_consistent.config import dump_config
+from msrl_consistent.episodes import EvaluationStopped
 from msrl_consistent.logging import RunLogger
 
 
@@ -122,6 +123,13 @@ class RunContext:
         if algo.signals is not None:
             algo.signals.reinstall()  # MindSpore replaced the SIGINT handler during the graph calls
 
+    def _stop_signal(self) -> Optional[int]:
+        """The signal asking this run to stop, if any (the handler re-installed first: MindSpore's
+        graph calls replace the SIGINT handler)."""
+        if self.algo.signals is not None:
+            self.algo.signals.reinstall()
+        return self.algo.stop_requested
+
     def save_periodic(self, step: int) -> str:
         """Checkpoint at ``step``. Data parallel: every other rank first writes its own state
         (RNG streams, replay buffer) beside it (checkpoint.rank_path), then rank 0 the checkpoint,
@@ -193,11 +201,22 @@ class RunContext:
             self._mismatch_warned = True
 
     def evaluate(self) -> dict:
+        """The evaluation episodes (``eval.max_steps`` caps each, recorded with the results); a
+        SIGINT/SIGTERM during them abandons them at the next step and interrupts the run as
+        during training (one process: a data-parallel run's ranks stop together at a training step)."""
         t0 = time.perf_counter()
-        step = self.algo.num_timesteps
-        returns, lengths = self.algo.evaluate(self.cfg.eval.episodes, self.cfg.seed + self.cfg.eval.seed_offset)
+        algo, cap = self.algo, self.cfg.eval.max_steps
+        step = algo.num_timesteps
+        stop = None if algo.dist.enabled else self._stop_signal
+        try:
+            returns, lengths = algo.evaluate(self.cfg.eval.episodes, self.cfg.seed + self.cfg.eval.seed_offset, cap, stop)
+        except EvaluationStopped as exc:
+            self.phases["eval"] += time.perf_counter() - t0
+            self.interrupt(exc.signum)
         res = {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
                "mean_length": float(np.mean(lengths))}
+        if cap is not None:
+            res.update(max_steps=float(cap), capped=float(np.sum(np.asarray(lengths) >= cap)))
         self.logger.scalars(step, res, "eval")
         self.phases["eval"] += time.perf_counter() - t0
         return res

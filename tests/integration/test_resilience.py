@@ -293,3 +293,35 @@ def test_a_run_directory_is_trained_by_one_process_at_a_time(tmp_path):
                            env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert os.path.isfile(os.path.join(run, "summary.json"))
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_evaluation_stops_it_at_the_next_step(tmp_path):
+    """An evaluation that would run for minutes (Pendulum with a time limit of a million steps) is
+    abandoned at the next step of a SIGTERM: checkpoint, `interrupted` event, exit 143, as in
+    training; eval.max_steps caps such an evaluation."""
+    run = tmp_path / "run"
+    sets = ["eval.freq=0", "eval.episodes=2", "env.n_envs=4", "algo.n_steps=64", "algo.batch_size=128",
+            "algo.n_epochs=1", "env.max_episode_steps=1000000"]
+    cmd = [sys.executable, "-m", "msrl_consistent", "train", os.path.join(CONFIGS, "ppo", "Pendulum-v1.yaml"),
+           "--run-dir", str(run), "--total-timesteps", "512", "--quiet"] + [f"--set={s}" for s in sets]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, GLOG_v="3"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    metrics = run / "metrics.jsonl"
+
+    def evaluating():  # both updates logged: the final evaluation has started (it logs nothing until it ends)
+        if not metrics.exists() or metrics.read_text().count('"kind": "train"') < 2:
+            return False
+        time.sleep(3.0)
+        return True
+    t0 = time.monotonic()
+    _, err = interrupt_when(proc, evaluating, signal.SIGTERM, wait_s=120, timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    events = [json.loads(line) for line in open(metrics) if '"event"' in line]
+    assert events[-1]["event"] == "interrupted" and events[-1]["signal"] == signal.SIGTERM
+    assert time.monotonic() - t0 < 100  # not the minutes the evaluation would have taken
+    # eval.max_steps caps such an evaluation, and the results say so
+    _, summary, _ = train_run(tmp_path, "ppo/Pendulum-v1.yaml", sets + ["total_timesteps=256", "eval.max_steps=50"],
+                              "capped")
+    final = summary["final_eval"]
+    assert final["mean_length"] == 50.0 and final["max_steps"] == 50.0 and final["capped"] == 2.0
