@@ -18,6 +18,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Literal, Optional, Tuple
 import yaml
 
 from . import registry
+from .atari import AtariConfig
 
 
 class ConfigError(ValueError):
@@ -57,6 +58,8 @@ class EnvConfig:
     max_and_skip: int = 1
     """Image observations: send each action k times, sum the rewards, observe the pixel-wise max of the last two frames
     (SB3's MaxAndSkipEnv; deploy.MaxAndSkip, in the manifest; ALE ids get frameskip=1). 1: off."""
+    atari: AtariConfig = field(default_factory=AtariConfig)
+    """Atari as RL Zoo runs it: no-op starts, FIRE reset, life-loss episodes, clipped rewards (msrl_consistent.atari)."""
 
     checks: ClassVar[Dict[str, Check]] = {"n_envs": POSITIVE, "frame_stack": POSITIVE, "max_and_skip": POSITIVE,
                                           "normalize_obs_clip": POSITIVE,

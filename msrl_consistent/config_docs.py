@@ -7,6 +7,7 @@ import typing
 from typing import Any, Dict, List, Tuple, Type
 
 from . import registry
+from .atari import AtariConfig
 from .config import CheckpointConfig, Config, EnvConfig, EvalConfig, LogConfig, PolicyConfig, _type_name
 
 
@@ -38,7 +39,8 @@ def field_docs(cls: Type) -> List[Tuple[str, str, Any, str]]:
 
 def reference_markdown() -> str:
     """The config reference (docs/config.md), generated from the dataclasses' field docstrings."""
-    sections = [("top level", Config), ("env", EnvConfig), ("policy", PolicyConfig), ("eval", EvalConfig),
+    sections = [("top level", Config), ("env", EnvConfig), ("env.atari", AtariConfig), ("policy", PolicyConfig),
+                ("eval", EvalConfig),
                 ("checkpoint", CheckpointConfig), ("log", LogConfig)]
     sections += [(f"algo (algorithm: {name})", registry.config_class(name)) for name in registry.names()]
     lines = ["# Config reference", "",
@@ -49,7 +51,8 @@ def reference_markdown() -> str:
     for title, cls in sections:
         lines += ["", f"## {title}", "", "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
         for name, tp, default, doc in field_docs(cls):
-            if cls is Config and name in ("env", "policy", "eval", "checkpoint", "log", "algo"):
+            if (cls is Config and name in ("env", "policy", "eval", "checkpoint", "log", "algo")) or \
+                    (cls is EnvConfig and name == "atari"):
                 continue
             lines.append(f"| `{name}` | {tp} | `{default}` | {doc} |")
     return "\n".join(lines + RLZOO_NOTES) + "\n"

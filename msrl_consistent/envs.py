@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from . import (
+    atari,
     masked_envs,  # noqa: F401  (registers CartPoleNoVel-v1, PendulumNoVel-v1)
     sensor_envs,  # noqa: F401  (registers MultiSensorReach-v0 and its one-sensor views)
 )
@@ -135,8 +136,9 @@ def flat_obs(obs, n: int) -> np.ndarray:
     return np.asarray(arr, dtype=np.float32).reshape(n, -1)
 
 
-def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
-    """One gymnasium env; unknown ids become a ConfigError naming the id."""
+def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None, training: bool = False):
+    """One gymnasium env; unknown ids become a ConfigError naming the id. ``training``: a training
+    env (``env.atari``'s life-loss episodes and reward clipping apply to those only)."""
     if env_cfg.id.startswith("ALE/") or "NoFrameskip" in env_cfg.id:
         from .optional import ATARI_INSTALL, require
         ale_py = require("ale_py", f"environment {env_cfg.id!r} (Atari)", ATARI_INSTALL)
@@ -151,7 +153,8 @@ def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None):
         kwargs["frameskip"] = 1  # the ALE renders every frame; MaxAndSkipEnv repeats and pools
     try:
         env = gym.make(env_cfg.id, **kwargs)
-        return MaxAndSkipEnv(env, skip) if skip > 1 else env
+        return atari.wrap(env, env_cfg.atari, env_cfg.id, lambda e: MaxAndSkipEnv(e, skip) if skip > 1 else e,
+                          training)
     except gym.error.Error as exc:
         raise ConfigError(f"key 'env.id' has value {env_cfg.id!r}: {exc}") from None
     except ImportError as exc:
@@ -180,7 +183,7 @@ def make_vec_env(env_cfg: EnvConfig, n_envs: Optional[int] = None):
     probe = make_env(env_cfg)  # fail early with a clear error on bad ids/spaces
     space_spec(probe.observation_space, probe.action_space, env_cfg.id)
     probe.close()
-    fns = [lambda cfg=env_cfg: make_env(cfg) for _ in range(n)]
+    fns = [lambda cfg=env_cfg: make_env(cfg, training=True) for _ in range(n)]
     cls = AsyncVectorEnv if env_cfg.vectorization == "async" else SyncVectorEnv
     return cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
 

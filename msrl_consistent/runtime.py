@@ -103,6 +103,7 @@ class TrainCellPolicy(Recordable, deploy.Policy):
         self.checkpoint = path
         self.cell = agent.policy_cell()
         self._Tensor = Tensor
+        self.reset_actions = deploy.frames.FIRE_RESET_ACTIONS if cfg.env.atari.fire_reset else ()
 
     def with_distribution(self) -> "TrainCellPolicy":
         """Also compute the action distribution (``dist_cell``: the agent's distribution_cell, the

@@ -6,6 +6,10 @@ from typing import Optional
 
 import numpy as np
 
+FIRE_RESET_ACTIONS = (1, 2)
+"""What a FIRE-reset Atari env does after every reset, before the first observation (SB3's
+FireResetEnv: FIRE, then action 2): the deployed policy's ``reset_actions``."""
+
 
 class FrameStack:
     """The k most recent observation rows of each of B streams, oldest first, concatenated:

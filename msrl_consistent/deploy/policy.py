@@ -47,6 +47,9 @@ class Policy(Inputs):
     guard: Optional["Guard"] = None
     dist: Optional[Distribution] = None
     """The action distribution (deploy.sampling) of an export with distribution outputs; None: action only."""
+    reset_actions: tuple = ()
+    """Actions training's env took after every reset, before the first observation (a FIRE-reset
+    Atari policy: FIRE, then 2; the manifest's env.atari.fire_reset): :meth:`begin_episode` sends them."""
 
     def __init__(self, spec: SpaceSpec, fixed_batch: Optional[int], state_size: int = 0):
         self.spec = spec
@@ -77,6 +80,15 @@ class Policy(Inputs):
         """Start new episodes: the frame stack restarts (zeros, then the next observation)."""
         if self._stack is not None:
             self._stack.buf = None
+
+    def begin_episode(self, step: Callable[[Any], Any]) -> Any:
+        """After the environment's reset, what training's env did before the first observation:
+        each of :attr:`reset_actions` sent through ``step(action) -> observation``; returns the
+        last observation (None when there are none: act on the reset's)."""
+        obs = None
+        for action in self.reset_actions:
+            obs = step(action)
+        return obs
 
     def reset(self, mask=None) -> None:
         """Start new episodes, of every env (``mask`` None: the frame stack restarts, a recurrent
@@ -267,6 +279,7 @@ class ExportPolicy(Policy):
         self.runner = runner
         self.backend = runner.backend
         self.dist = export.distribution
+        self.reset_actions = export.reset_actions
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         return self.runner.run(x)

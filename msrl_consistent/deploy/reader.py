@@ -14,7 +14,7 @@ import numpy as np
 from .errors import ExportError, _one_line
 from .fields import _bounds, _dict_parts, _Fields, _is_int, _short, _width, check_schema, plain_name
 from .formats import FORMAT_FILE
-from .frames import FrameStack, MaxAndSkip
+from .frames import FIRE_RESET_ACTIONS, FrameStack, MaxAndSkip
 from .golden import read_golden, read_golden_arrays
 from .graph_io import graph_inputs, multi_input, obs_inputs, read_inputs_io
 from .names import MANIFEST, MAX_BATCH, MAX_DIM, MAX_FILES, MAX_GOLDEN, MAX_MANIFEST_BYTES, MAX_ROW_BYTES, SCHEMA_VERSION, memory_bytes
@@ -40,6 +40,7 @@ class Export:
         _check_observation(f, manifest)
         _check_action(f)
         self.spec = SpaceSpec.from_json(manifest["spaces"])  # the spaces, now known to be well-formed
+        self.reset_actions = _reset_actions(manifest)
         self._export(f, manifest)
         self._io(f)
         self._files(f)
@@ -321,3 +322,12 @@ def open_export(directory: str, hashes: bool = True, golden: bool = True, manife
         export.golden()
     return export
 
+
+def _reset_actions(manifest: dict) -> tuple:
+    """The actions training's env took after every reset (env.atari.fire_reset: FIRE, then 2)."""
+    env = manifest.get("env")
+    atari = env.get("atari") if isinstance(env, dict) else None
+    fire = atari.get("fire_reset", False) if isinstance(atari, dict) else False
+    if not isinstance(fire, bool):
+        raise ExportError(f"{MANIFEST}: field 'env.atari.fire_reset' is {_short(fire)}, expected true or false")
+    return FIRE_RESET_ACTIONS if fire else ()

@@ -1,0 +1,117 @@
+"""The env.atari section (msrl_consistent.atari): SB3's AtariWrapper behaviours on a small game
+with ALE's interface (action meanings, ale.lives()), and what a deployment is told to do at reset."""
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from msrl_consistent.config import ConfigError, load_config
+from msrl_consistent.envs import make_env, make_vec_env, seed_vec_env, step_transitions
+
+
+class _Ale:
+    def __init__(self, game):
+        self.game = game
+
+    def lives(self):
+        return self.game.lives
+
+
+class LivesGame(gym.Env):
+    """3 lives, one lost every 4 steps after the ball was launched (FIRE); reward 4 per step in play.
+    The observation is [steps since reset, launched, lives, last action]."""
+    observation_space = spaces.Box(-1e6, 1e6, (4,), np.float32)
+    action_space = spaces.Discrete(4)
+
+    def __init__(self):
+        self.ale = _Ale(self)  # as an ALE env, from its construction
+        self.lives = 3
+
+    def get_action_meanings(self):
+        return ["NOOP", "FIRE", "RIGHT", "LEFT"]
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.lives, self.t, self.launched, self.last = 3, 0, 0, -1
+        return self._obs(), {"lives": self.lives}
+
+    def _obs(self):
+        return np.array([self.t, self.launched, self.lives, self.last], np.float32)
+
+    def step(self, action):
+        self.t, self.last = self.t + 1, int(action)
+        self.launched = self.launched or int(action == 1)
+        reward = 4.0 if self.launched else 0.0
+        if self.launched and self.t % 4 == 0:
+            self.lives -= 1
+            self.launched = 0
+        return self._obs(), reward, self.lives == 0, False, {"lives": self.lives}
+
+
+if "MsrlTestLives-v0" not in gym.registry:
+    gym.register("MsrlTestLives-v0", entry_point=LivesGame)
+
+
+def _cfg(**atari):
+    sets = ["env.id=MsrlTestLives-v0"] + [f"env.atari.{k}={str(v).lower()}" for k, v in atari.items()]
+    return load_config("ppo/CartPole-v1", sets).env
+
+
+def test_noop_starts_are_seeded_and_within_noop_max():
+    env = make_env(_cfg(noop_max=5))
+    starts = [env.reset(seed=s)[0][0] for s in range(40)]
+    assert set(starts) <= {1, 2, 3, 4, 5} and len(set(starts)) > 1
+    assert starts == [make_env(_cfg(noop_max=5)).reset(seed=s)[0][0] for s in range(40)]
+
+
+def test_fire_reset_presses_fire_then_2_before_the_first_observation():
+    obs, _ = make_env(_cfg(fire_reset=True)).reset(seed=0)
+    assert obs[0] == 2 and obs[1] == 1 and obs[3] == 2  # two steps taken, launched, action 2 last
+
+
+def test_life_loss_ends_a_training_episode_but_not_an_evaluation():
+    cfg = _cfg(episodic_life=True, fire_reset=True, clip_reward=True)
+    train = make_env(cfg, training=True)
+    obs, _ = train.reset(seed=0)
+    rewards, ended = [], False
+    while not ended:
+        obs, r, ended, _, _ = train.step(2)
+        rewards.append(r)
+    assert obs[2] == 2 and set(rewards) == {1.0}  # a life lost ends the episode; rewards clipped to their sign
+    obs, _ = train.reset()
+    assert obs[2] == 2 and obs[1] == 1  # the game goes on (no real reset), FIRE pressed again
+    evaluation = make_env(cfg)
+    evaluation.reset(seed=0)
+    _, r, ended, _, _ = evaluation.step(2)
+    assert r == 4.0 and not ended  # evaluation: the game's score, whole games
+    obs, r, ended, _, _ = evaluation.step(2)  # t = 4: a life lost, then FIRE and 2 within the step
+    assert obs[2] == 2 and obs[1] == 1 and obs[3] == 2 and r == 4.0 + 4.0 + 4.0 and not ended
+
+
+def test_the_training_vector_env_uses_the_training_wrappers():
+    venv = make_vec_env(_cfg(episodic_life=True, fire_reset=True, clip_reward=True), 2)
+    seed_vec_env(venv, 0)
+    _, r, terminated, _, _ = step_transitions(venv, np.array([2, 2]))
+    assert (r == 1.0).all() and not terminated.any()
+
+
+@pytest.mark.parametrize("key,words", [("fire_reset", "action 1 is not FIRE"), ("noop_max", "action 0 is not NOOP"),
+                                       ("episodic_life", "reports no lives")])
+def test_an_env_without_the_interface_is_refused(key, words):
+    cfg = load_config("ppo/CartPole-v1", [f"env.atari.{key}={'3' if key == 'noop_max' else 'true'}"]).env
+    with pytest.raises(ConfigError, match=f"env.atari.{key}.*{words}"):
+        make_env(cfg)
+
+
+def test_the_deployed_policy_is_told_what_to_do_at_reset(tmp_path):
+    """The manifest's env.atari.fire_reset gives the bundle's reset_actions; begin_episode sends them."""
+    from msrl_consistent.deploy.reader import _reset_actions
+    assert _reset_actions({"env": {"atari": {"fire_reset": True}}}) == (1, 2)
+    assert _reset_actions({"env": {"id": "CartPole-v1"}}) == ()
+    from msrl_consistent.deploy import ExportError, Policy
+    with pytest.raises(ExportError, match="env.atari.fire_reset"):
+        _reset_actions({"env": {"atari": {"fire_reset": "yes"}}})
+    sent = []
+    policy = Policy.__new__(Policy)
+    policy.reset_actions = (1, 2)
+    assert policy.begin_episode(lambda a: sent.append(a) or f"obs after {a}") == "obs after 2" and sent == [1, 2]
