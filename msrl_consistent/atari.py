@@ -122,18 +122,21 @@ class ClipReward(gym.RewardWrapper):
         return float(np.sign(reward))
 
 
+class Unsupported(ValueError):
+    """A key of env.atari the env cannot do (envs.make_env reports it as a ConfigError)."""
+
+
 def check(cfg: AtariConfig, env, env_id: str) -> None:
-    """Refuse what the env cannot do (ConfigError naming the key)."""
-    from .config import ConfigError
+    """Refuse what the env cannot do (Unsupported, naming the key)."""
     meanings = action_meanings(env)
     if cfg.noop_max and meanings[:1] != ["NOOP"]:
-        raise ConfigError(f"key 'env.atari.noop_max' is {cfg.noop_max}, but {env_id}'s action 0 is not NOOP "
+        raise Unsupported(f"key 'env.atari.noop_max' is {cfg.noop_max}, but {env_id}'s action 0 is not NOOP "
                           f"(action meanings: {meanings or 'none'})")
     if cfg.fire_reset and (meanings[1:2] != ["FIRE"] or len(meanings) < 3):
-        raise ConfigError(f"key 'env.atari.fire_reset' is true, but {env_id}'s action 1 is not FIRE (action "
+        raise Unsupported(f"key 'env.atari.fire_reset' is true, but {env_id}'s action 1 is not FIRE (action "
                           f"meanings: {meanings or 'none'}); set env.atari.fire_reset: false")
     if cfg.episodic_life and getattr(env.unwrapped, "ale", None) is None:
-        raise ConfigError(f"key 'env.atari.episodic_life' is true, but {env_id} reports no lives (an ALE game's "
+        raise Unsupported(f"key 'env.atari.episodic_life' is true, but {env_id} reports no lives (an ALE game's "
                           f"ale.lives()); set env.atari.episodic_life: false")
 
 

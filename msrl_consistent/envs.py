@@ -157,6 +157,8 @@ def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None, training: bo
                           training)
     except gym.error.Error as exc:
         raise ConfigError(f"key 'env.id' has value {env_cfg.id!r}: {exc}") from None
+    except atari.Unsupported as exc:
+        raise ConfigError(str(exc)) from None
     except ImportError as exc:
         raise ConfigError(f"environment {env_cfg.id!r} needs a package that is not installed: {exc} "
                           f"(for MuJoCo environments: pip install -e .[mujoco])") from None
