@@ -230,5 +230,5 @@ def test_a_distribution_that_differs_fails_verify(pendulum_run, tmp_path, monkey
     text = capsys.readouterr().out
     assert "[ok] golden set within atol" in text and "[FAIL] golden set action distributions" in text, text
     d = json.load(open(os.path.join(out, "report-verify-onnxruntime.json")))["golden"]["distribution"]
-    # KL of N(m, s^2) to N(m, (1.01 s)^2) per dimension: log(1.01) + 1 / (2 * 1.01^2) - 1/2 = 4.9e-5
+    # KL(training N(m, (1.01 s)^2) || backend N(m, s^2)) per dimension: log(1 / 1.01) + 1.01^2 / 2 - 1/2 = 9.9e-5
     assert d["rows_above"] == 64 and d["kl_max"] == pytest.approx(np.log(1 / 1.01) + 1.01 ** 2 / 2 - 0.5, rel=1e-3)
