@@ -115,3 +115,27 @@ def test_the_deployed_policy_is_told_what_to_do_at_reset(tmp_path):
     policy = Policy.__new__(Policy)
     policy.reset_actions = (1, 2)
     assert policy.begin_episode(lambda a: sent.append(a) or f"obs after {a}") == "obs after 2" and sent == [1, 2]
+
+
+def test_breakout_as_rl_zoo_runs_it(configs_dir):
+    """The shipped Breakout config on the real ALE: FIRE at reset launches the ball, a lost life ends
+    a training episode (the game goes on), evaluation plays on through it."""
+    import os
+    cfg = load_config(os.path.join(configs_dir, "ppo", "Breakout-v5.yaml")).env
+    assert (cfg.atari.noop_max, cfg.atari.fire_reset, cfg.atari.episodic_life, cfg.atari.clip_reward) == \
+        (30, True, True, True)
+    train = make_env(cfg, training=True)
+    train.reset(seed=0)
+    steps, ended, info = 0, False, {}
+    while not ended and steps < 5000:
+        _, _, ended, _, info = train.step(0)  # NOOP: the launched ball is missed, a life is lost
+        steps += 1
+    assert ended and info["lives"] == 4
+    train.reset()
+    assert train.unwrapped.ale.lives() == 4  # not a new game
+    evaluation = make_env(cfg)
+    evaluation.reset(seed=0)
+    for _ in range(steps + 50):
+        _, _, ended, _, info = evaluation.step(0)
+        assert not ended
+    assert info["lives"] <= 4  # lives lost, the game went on (FIRE after each)
