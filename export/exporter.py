@@ -121,6 +121,9 @@ def golden_sequences(policy: TrainCellPolicy, lanes: int, steps: int, seed: int 
                                   "episode_starts": int(starts.sum())}}
 
 
+OUTPUT_CHOICES = ("action", "distribution")
+
+
 def parse_outputs(text) -> tuple:
     """``--outputs``: 'action' or 'action,distribution'."""
     names = tuple(t.strip() for t in str(text).split(",") if t.strip())
@@ -128,8 +131,6 @@ def parse_outputs(text) -> tuple:
         raise ConfigError(f"--outputs {text!r}: expected 'action' or 'action,distribution'")
     return names
 
-
-OUTPUT_CHOICES = ("action", "distribution")
 
 
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),

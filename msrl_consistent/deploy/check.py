@@ -19,6 +19,13 @@ from .sampling import kl_report
 from .sequences import sequence_check
 
 
+def _failed(policy: Policy, what: str, exc: Exception) -> ExportError:
+    """The one-line error of a backend that raised on ``what``, naming its model file."""
+    runner = getattr(policy, "runner", None)
+    name = "the model" if runner is None else runner.info.get("file", "the model")
+    return ExportError(f"{name}: backend {policy.backend} failed on {what} ({_one_line(exc)})")
+
+
 def golden_check(policy: Policy, export: Export, atol: float) -> dict:
     """The golden set at the exported batch shape against the training cell's recorded actions
     (a recurrent export: its golden sequences through the deployed loop, step by step)."""
@@ -28,9 +35,7 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
         except ExportError:
             raise
         except Exception as exc:
-            runner = getattr(policy, "runner", None)
-            name = "the model" if runner is None else runner.info.get("file", "the model")
-            raise ExportError(f"{name}: backend {policy.backend} failed on the golden sequences ({_one_line(exc)})") from None
+            raise _failed(policy, "the golden sequences", exc) from None
         res["batch"] = export.golden_batch
         return res
     obs, ref = export.golden()
@@ -41,9 +46,7 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
         res = {"passed": False, "shape_mismatch": True, "first_mismatch": 0,
                "output_mismatch": f"artifact outputs are not a batch of actions ({_one_line(exc)})"}
     except Exception as exc:
-        runner = getattr(policy, "runner", None)
-        name = "the model" if runner is None else runner.info.get("file", "the model")
-        raise ExportError(f"{name}: backend {policy.backend} failed on the golden set ({_one_line(exc)})") from None
+        raise _failed(policy, "the golden set", exc) from None
     if pred is not None:
         res = compare_actions(pred, ref, export.spec.discrete, atol)
         if not res.get("shape_mismatch") and pred.dtype.kind != ref.dtype.kind:
@@ -65,10 +68,7 @@ def distribution_check(policy: Policy, export: Export, obs: np.ndarray) -> dict:
     except ExportError:
         raise
     except Exception as exc:
-        runner = getattr(policy, "runner", None)
-        name = "the model" if runner is None else runner.info.get("file", "the model")
-        raise ExportError(f"{name}: backend {policy.backend} failed on the golden set's distribution "
-                          f"({_one_line(exc)})") from None
+        raise _failed(policy, "the golden set's distribution", exc) from None
     assert export.distribution is not None
     return kl_report(export.distribution, export.golden_distribution(), got)
 

@@ -177,13 +177,9 @@ class Policy(Inputs):
     def _sample_step(self, xs: tuple, rng: np.random.Generator):
         """One recurrent step whose action is sampled: (x, h, c, episode_start) -> (action, h', c')."""
         assert self.dist is not None
-        if self.fixed_batch is None:
-            outs = tuple(self._run_step_outputs(*xs))
-        else:
-            outs = in_chunks_many(lambda *a: tuple(self._run_step_outputs(*a)), xs, self.fixed_batch)
-        params = split_outputs(self.dist, outs[3:])
-        self.dist.check(params, xs[0].shape[0], f"backend {self.backend}")
-        return self.dist.sample(params, self.dist.noise(rng, xs[0].shape[0])), outs[1], outs[2]
+        n = xs[0].shape[0]
+        outs = self._at_batch(self._run_step_outputs, xs)
+        return self.dist.sample(self._distribution_outputs(outs[3:], n), self.dist.noise(rng, n)), outs[1], outs[2]
 
     def distribution_params(self, x: np.ndarray) -> Dict[str, np.ndarray]:
         """The action distribution's parameters (deploy.sampling's outputs by name) of validated
@@ -193,13 +189,7 @@ class Policy(Inputs):
         if self._state is not None:
             raise ValueError("a recurrent policy's distribution depends on its state: sample it with act(obs, "
                              "deterministic=False, rng=...), which carries the state")
-        if self.fixed_batch is None:
-            outs = tuple(self._run_outputs(x))
-        else:
-            outs = in_chunks_many(lambda c: tuple(self._run_outputs(c)), (x,), self.fixed_batch)
-        params = split_outputs(self.dist, outs[1:])
-        self.dist.check(params, x.shape[0], f"backend {self.backend}")
-        return params
+        return self._distribution_outputs(self._at_batch(self._run_outputs, (x,))[1:], x.shape[0])
 
     def distribution_at_batch(self, obs: np.ndarray, batch: int) -> Dict[str, np.ndarray]:
         """:meth:`distribution_params` computed ``batch`` rows per call (the golden set's reference shape)."""
@@ -218,9 +208,20 @@ class Policy(Inputs):
 
     def run_step_batched(self, x, h, c, episode_start):
         """A recurrent step at the artifact's batch shape (as :meth:`run_batched`)."""
+        return self._at_batch(self._run_step, (x, h, c, episode_start))
+
+    def _at_batch(self, run, xs: tuple) -> tuple:
+        """``run(*xs)``'s outputs at the artifact's batch shape (chunks of ``fixed_batch``)."""
         if self.fixed_batch is None:
-            return self._run_step(x, h, c, episode_start)
-        return in_chunks_many(self._run_step, (x, h, c, episode_start), self.fixed_batch)
+            return tuple(run(*xs))
+        return in_chunks_many(lambda *a: tuple(run(*a)), xs, self.fixed_batch)
+
+    def _distribution_outputs(self, outs: Sequence[np.ndarray], n: int) -> Dict[str, np.ndarray]:
+        """The distribution's outputs of a graph call on ``n`` rows, by name, checked."""
+        assert self.dist is not None
+        params = split_outputs(self.dist, outs)
+        self.dist.check(params, n, f"backend {self.backend}")
+        return params
 
     def _guarded_step(self, x, h, c, episode_start):
         if self.guard is None:
