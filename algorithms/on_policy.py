@@ -14,9 +14,9 @@ from mindspore import Tensor, nn, ops
 from msrl_consistent.buffers import RolloutBuffer, SequenceBuffer
 from msrl_consistent.deploy import FrameStack
 from msrl_consistent.distributions import Distribution
-from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.normalization import RewardNormalizer
+from msrl_consistent.pipeline import EnvGroups
 from msrl_consistent.run_context import RunContext
 
 from .algorithm import Algorithm
@@ -145,7 +145,7 @@ class Rollouts:
         members, m0, owner = self.members, self.members[0], self.owner
         cfg, spec, k = m0.cfg, m0.spec, len(members)
         n = cfg.env.n_envs
-        venv = make_vec_env(cfg.env, k * n)
+        envs = EnvGroups(cfg.env, k)  # env.pipeline: one group, or two that step while the other acts
         act_shape = spec.action_shape
         stored = m0.rollout_features
         obs_dtype = np.dtype(np.float32 if stored else spec.input_dtype)
@@ -155,12 +155,13 @@ class Rollouts:
         else:
             buf = SequenceBuffer(m0.n_steps, n, spec.obs_dim, act_shape, spec.discrete, obs_dtype,
                                  m0.state_dim, m0.seq_len)
-        # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed)
-        stack = FrameStack(spec.frame_stack, spec.frame_dim) if spec.frame_stack > 1 else None
         world = m0.dist.world  # num_timesteps counts every rank's steps
-        obs = seed_vec_env(venv, [m.env_seed() for m in members])
-        if stack is not None:
-            obs = stack.reset(obs)
+        first = envs.reset([m.env_seed() for m in members])
+        gobs = [first[c] for c in envs.cols] if envs.overlap else [first]  # each group's current rows
+        # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed), per group
+        stacks = [FrameStack(spec.frame_stack, spec.frame_dim) for _ in gobs] if spec.frame_stack > 1 else None
+        if stacks is not None:
+            gobs = [s.reset(o) for s, o in zip(stacks, gobs)]
         ep_ret = np.zeros(k * n, np.float64)
         ep_len = np.zeros(k * n, np.int64)
         norms = [m._reward_normalizer(n) if cfg.env.normalize_reward else None for m in members]
@@ -168,35 +169,68 @@ class Rollouts:
             if rn is not None:
                 rn.returns = np.zeros(n, np.float64)  # (re)seeded envs start new episodes
         clock = time.perf_counter
+        acting = env_wait = 0.0
+
+        def noise_of(t: int) -> np.ndarray:  # vector step t's noise for every column, drawn in column order
+            return np.concatenate([m.step_noise(t, n) for m in members]) if k > 1 else m0.step_noise(t, n)
+
+        def act(g: int, t: int, noise: np.ndarray):
+            """Group g acts at step t (one graph call on its rows) and its envs start stepping."""
+            nonlocal acting
+            t0 = clock()
+            o, c = gobs[g], envs.cols[g]
+            z = noise[c] if envs.overlap else noise
+            if self.stacked:
+                inputs = (Tensor(o.reshape(k, len(c) // k, -1)), Tensor(z.reshape((k, len(c) // k) + z.shape[1:])))
+            else:
+                inputs = (Tensor(o), Tensor(z)) if carry is None else carry.inputs(o, z, c)
+            env_a, a, logp, v, rows = unpack_rollout(owner._rollout_fn(*inputs).asnumpy(), act_shape, spec.discrete)
+            if carry is not None:  # the fifth output is the next state, not rows to store
+                carry.acted(buf, t, rows, c)
+                rows = None
+            envs.send(g, env_a)
+            acting += clock() - t0
+            return (o if rows is None else rows, a, logp, v)
+
+        def receive(g: int):
+            """Group g's step results; its rows (and frame stack, recurrent state) move to the next step."""
+            nonlocal env_wait
+            t0 = clock()
+            next_obs, rew, term, trunc, real_next = envs.recv(g)
+            env_wait += clock() - t0
+            if stacks is not None:
+                real_next = stacks[g].peek(real_next)  # an ended episode's true final stack
+                next_obs = stacks[g].push(next_obs, term | trunc)
+            if carry is not None:
+                carry.stepped(term | trunc, envs.cols[g])
+            gobs[g] = next_obs
+            return rew, term, trunc, real_next
+
         try:
             while m0.num_timesteps < cfg.total_timesteps:
                 buf.reset()
                 if carry is not None:
                     carry.begin(buf)
+                noise = noise_of(0)
+                acted = [act(0, 0, noise)] + [None] * (envs.groups - 1)
                 for t in range(m0.n_steps):
+                    for g in range(1, envs.groups):
+                        acted[g] = act(g, t, noise)
+                    results, now = [], acted[:]
+                    for g in range(envs.groups):
+                        results.append(receive(g))
+                        if g == 0 and t + 1 < m0.n_steps:  # group 0 acts again while the others step
+                            noise = noise_of(t + 1)
+                            acted[0] = act(0, t + 1, noise)
                     t0 = clock()
-                    noise = np.concatenate([m.step_noise(t, n) for m in members]) if k > 1 else m0.step_noise(t, n)
-                    if self.stacked:
-                        inputs = (Tensor(obs.reshape(k, n, -1)), Tensor(noise.reshape((k, n) + noise.shape[1:])))
-                    else:
-                        inputs = (Tensor(obs), Tensor(noise)) if carry is None else carry.inputs(obs, noise)
-                    packed = owner._rollout_fn(*inputs).asnumpy()
-                    env_a, a, logp, v, rows = unpack_rollout(packed, act_shape, spec.discrete)
-                    if carry is not None:  # the fifth output is the next state, not rows to store
-                        carry.acted(buf, t, rows)
-                        rows = None
-                    t1 = clock()
-                    next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
-                    if stack is not None:
-                        real_next = stack.peek(real_next)  # an ended episode's true final stack
-                        next_obs = stack.push(next_obs, term | trunc)
-                    t2 = clock()
+                    o, a, logp, v = (envs.join(list(p)) for p in zip(*now))
+                    rew, term, trunc, real_next = (envs.join(list(p)) for p in zip(*results))
                     done = term | trunc
                     r_stored = rew
                     if norms[0] is not None:
                         r_stored = np.concatenate([rn.step(rew[i * n:(i + 1) * n], done[i * n:(i + 1) * n])
                                                    for i, rn in enumerate(norms)]) if k > 1 else norms[0].step(rew, done)
-                    buf.add(obs if rows is None else rows, a, logp, v, r_stored, term, trunc)
+                    buf.add(o, a, logp, v, r_stored, term, trunc)
                     idx = np.nonzero(trunc & ~term)[0]
                     if idx.size:
                         # the whole batch: one graph shape (a subset would compile a graph per size)
@@ -210,13 +244,13 @@ class Rollouts:
                     for i in np.nonzero(done)[0]:
                         runs[i // n].episode_done(float(ep_ret[i]), int(ep_len[i]))
                         ep_ret[i], ep_len[i] = 0.0, 0
-                    obs = next_obs
-                    if carry is not None:
-                        carry.stepped(done)
+                    acting += clock() - t0
                     for run in runs:
-                        run.phases["env"] += t2 - t1
-                        run.phases["acting"] += clock() - t2 + (t1 - t0)
+                        run.phases["env"] += env_wait
+                        run.phases["acting"] += acting
+                    acting = env_wait = 0.0
                 t0 = clock()
+                obs = envs.join(gobs)
                 for i, m in enumerate(members):
                     if m.obs_rms is not None:  # every rank's rollout, merged in rank order
                         m.obs_rms.update(m.dist.allgather(buf.obs[:, i * n:(i + 1) * n]))
@@ -232,42 +266,44 @@ class Rollouts:
                     run.after_iteration(s)
                 owner.after_update(runs)
         finally:
-            venv.close()
+            envs.close()
 
 
 class Carry:
     """The host side of the rollout's recurrent state: per env the state row and the
     episode_start flag the next step's cells take. A training run's envs start new episodes
-    when (re)seeded, so the state starts at zero with every flag at 1 (sb3-contrib's start)."""
+    when (re)seeded, so the state starts at zero with every flag at 1 (sb3-contrib's start).
+    ``cols``: the env columns of the group that acts or stepped (pipeline.EnvGroups)."""
 
     def __init__(self, n_envs: int, state_dim: int):
         self.state = np.zeros((n_envs, state_dim), np.float32)
         self.starts = np.ones(n_envs, np.float32)
-        self.next_state = self.state
+        self.next_state = self.state.copy()
 
     def begin(self, buf: SequenceBuffer) -> None:
         buf.state0[0] = self.state
 
-    def inputs(self, obs: np.ndarray, noise: np.ndarray) -> tuple:
-        return Tensor(obs), Tensor(self.state), Tensor(self.starts), Tensor(noise)
+    def inputs(self, obs: np.ndarray, noise: np.ndarray, cols: np.ndarray) -> tuple:
+        return Tensor(obs), Tensor(self.state[cols]), Tensor(self.starts[cols]), Tensor(noise)
 
-    def acted(self, buf: SequenceBuffer, t: int, next_state: np.ndarray) -> None:
+    def acted(self, buf: SequenceBuffer, t: int, next_state: np.ndarray, cols: np.ndarray) -> None:
         """After the rollout call of step t: its flags into the buffer (and, where a sequence
         starts, the state the step was given), the next state kept."""
-        buf.episode_starts[t] = self.starts
+        buf.episode_starts[t, cols] = self.starts[cols]
         if t % buf.seq_len == 0:
-            buf.state0[t // buf.seq_len] = self.state
-        self.next_state = np.ascontiguousarray(next_state, np.float32)
+            buf.state0[t // buf.seq_len, cols] = self.state[cols]
+        self.next_state[cols] = next_state
+
+    def stepped(self, done: np.ndarray, cols: np.ndarray) -> None:
+        """After the env step: the next state is current; ended envs start an episode next step."""
+        self.state[cols] = self.next_state[cols]
+        self.starts[cols] = done.astype(np.float32)
 
     def final_values(self, value_fn, real_next: np.ndarray) -> np.ndarray:
-        """V of the true final observations with the state that led to them (no reset)."""
+        """After every group stepped: V of the true final observations with the state that led to
+        them (no reset)."""
         zeros = np.zeros_like(self.starts)
-        return value_fn(Tensor(real_next), Tensor(self.next_state), Tensor(zeros)).asnumpy()
-
-    def stepped(self, done: np.ndarray) -> None:
-        """After the env step: the next state is current; ended envs start an episode next step."""
-        self.state = self.next_state
-        self.starts = done.astype(np.float32)
+        return value_fn(Tensor(real_next), Tensor(self.state), Tensor(zeros)).asnumpy()
 
     def values(self, value_fn, obs: np.ndarray) -> np.ndarray:
         """V of the current observations (the rollout's bootstrap), the reset rule applied."""

@@ -4,9 +4,11 @@ Runs each case through the `msrl` CLI (one process each, so nothing is shared be
 prints one line per case: name, params_sha256 from summary.json (a population: one line per
 member, ``name[member]``), wall time. Run it on the commit before a change and on the change;
 equal hashes mean the change kept training bit-identical on this machine's threading setup.
-``--populations`` runs the population cases (several seeds, a learning-rate sweep) instead.
+``--populations`` runs the population cases (several seeds, a learning-rate sweep) instead;
+``--pipeline overlap`` runs the cases with ``env.pipeline: overlap`` (cases with one env are
+left out: the overlap needs two).
 
-    python benchmarks/params_sha256.py [--only NAME ...] [--json FILE]
+    python benchmarks/params_sha256.py [--only NAME ...] [--pipeline overlap] [--json FILE]
 """
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ POPULATION_CASES = {
 }
 
 
-def run_case(name: str, workdir: str) -> list:
+def run_case(name: str, workdir: str, pipeline: str = "sequential") -> list:
     """[{case, params_sha256, wall_s}]: one row, or one per member of a population case."""
     population = name in POPULATION_CASES
     if population:
@@ -71,7 +73,7 @@ def run_case(name: str, workdir: str) -> list:
         extra = ["--seed", "0", *[a for s in sets for a in ("--set", s)]]
     run_dir = os.path.join(workdir, name)
     cmd = ["msrl", "train", os.path.join(CONFIGS, cfg), "--total-timesteps", str(steps),
-           "--run-dir", run_dir, "--quiet", "--set", "eval.episodes=2", *extra]
+           "--run-dir", run_dir, "--quiet", "--set", "eval.episodes=2", "--set", f"env.pipeline={pipeline}", *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -85,16 +87,27 @@ def run_case(name: str, workdir: str) -> list:
             for member, s in summary["members"].items()]
 
 
+def one_env(name: str) -> bool:
+    """The case's config trains with one env (the overlap refuses it)."""
+    import yaml
+    cfg = (POPULATION_CASES.get(name) or CASES[name])[0]
+    with open(os.path.join(CONFIGS, cfg)) as f:
+        return int(yaml.safe_load(f).get("env", {}).get("n_envs", 1)) < 2
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", choices=sorted(CASES) + sorted(POPULATION_CASES), help="run these cases only")
     p.add_argument("--populations", action="store_true", help="run the population cases")
+    p.add_argument("--pipeline", choices=["sequential", "overlap"], default="sequential", help="env.pipeline of every case")
     p.add_argument("--json", help="also write the results to this JSON file")
     args = p.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory(prefix="msrl-sha-") as d:
         for name in args.only or list(POPULATION_CASES if args.populations else CASES):
-            for r in run_case(name, d):
+            if args.pipeline == "overlap" and one_env(name):
+                continue
+            for r in run_case(name, d, args.pipeline):
                 results.append(r)
                 print(f"{r['case']:34s} {r['params_sha256']}  {r['wall_s']:7.1f} s", flush=True)
     if args.json:

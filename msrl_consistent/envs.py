@@ -222,6 +222,9 @@ def step_transitions(venv, actions: np.ndarray):
 
 
 def env_spec(env_cfg: EnvConfig) -> SpaceSpec:
+    if env_cfg.pipeline == "overlap" and env_cfg.n_envs < 2:
+        raise ConfigError(f"key 'env.pipeline' is 'overlap', but env.n_envs is {env_cfg.n_envs}: the overlap steps "
+                          f"one half of the envs while the policy acts on the other, so it needs n_envs >= 2")
     env = make_env(env_cfg)
     try:
         spec = space_spec(env.observation_space, env.action_space, env_cfg.id)

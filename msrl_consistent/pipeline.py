@@ -1,0 +1,103 @@
+"""The training envs as groups of columns that step while the policy acts on another group.
+
+``env.pipeline: sequential`` (the default) is one group: the policy acts on every env, then every
+env steps, in the caller's thread. ``env.pipeline: overlap`` is two groups (each member's first
+and second half of its ``n_envs`` envs): while one group's envs step in a worker thread (their
+own processes too with ``env.vectorization: async``), the acting graph runs on the other
+group's rows, which MindSpore runs with the GIL released. It is the asynchronous pipeline NPU
+deployment guides describe (env simulation on the host overlapped with inference on the
+device); on this CPU it pays where an env step costs as much as an acting call (Atari).
+
+What the overlap changes and what it does not: every env keeps its seed and its column in the
+buffer, actions reach each env in the same order, and every Generator draw happens in the same
+order, so a run is as reproducible as a sequential one. The acting graph runs at the group's
+batch (half the rows); where the acting kernels give a row the same bits at both batch shapes
+the run is bit-identical to the sequential one (docs/benchmarks.md lists which configs are).
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from .config import EnvConfig
+from .envs import make_vec_env, seed_vec_env, step_transitions
+
+def group_ranges(n_envs: int, pipeline: str) -> List[range]:
+    """Which of a member's ``n_envs`` envs each group holds: all of them, or two halves (the
+    config's n_envs >= 2 is checked with the spaces, envs.env_spec)."""
+    if pipeline == "sequential" or n_envs < 2:
+        return [range(n_envs)]
+    half = n_envs - n_envs // 2
+    return [range(half), range(half, n_envs)]
+
+
+class EnvGroups:
+    """``members`` x ``env_cfg.n_envs`` training envs (member i's at columns i * n .. (i + 1) * n
+    of every full-width array), as one group or two (``env_cfg.pipeline``). ``cols[g]``: group g's
+    columns, member after member, so a group's rows reshape to (members, envs of the group, ...)."""
+
+    def __init__(self, env_cfg: EnvConfig, members: int = 1):
+        n = env_cfg.n_envs
+        self.n, self.members = n, members
+        self.ranges = group_ranges(n, env_cfg.pipeline)
+        self.cols = [np.array([i * n + j for i in range(members) for j in r], np.int64) for r in self.ranges]
+        self.venvs = []
+        try:
+            for c in self.cols:
+                self.venvs.append(make_vec_env(env_cfg, len(c)))
+        except BaseException:
+            self.close()
+            raise
+        self.overlap = len(self.venvs) > 1
+        self._pool: Optional[ThreadPoolExecutor] = ThreadPoolExecutor(1, "msrl-envs") if self.overlap else None
+        self._pending: List[Optional[Future]] = [None] * len(self.venvs)
+        self._actions: List[Optional[np.ndarray]] = [None] * len(self.venvs)
+
+    @property
+    def groups(self) -> int:
+        return len(self.venvs)
+
+    def reset(self, seeds: Sequence[int]) -> np.ndarray:
+        """Seed and reset every env as one vector env of all columns would be (member j's env i:
+        seeds[j] + i); returns the first observations of all columns."""
+        parts = [seed_vec_env(v, [s + r.start for s in seeds]) if len(r) else None
+                 for v, r in zip(self.venvs, self.ranges)]
+        return self.join(parts)
+
+    def join(self, parts: List[np.ndarray]) -> np.ndarray:
+        """Full-width rows from each group's rows."""
+        if len(parts) == 1:
+            return parts[0]
+        out = np.empty((self.members * self.n,) + parts[0].shape[1:], parts[0].dtype)
+        for c, p in zip(self.cols, parts):
+            out[c] = p
+        return out
+
+    def send(self, g: int, actions: np.ndarray) -> None:
+        """Start group g's step with its actions (sequential: the step runs in :meth:`recv`)."""
+        if self._pool is None:
+            self._actions[g] = actions
+        else:
+            self._pending[g] = self._pool.submit(step_transitions, self.venvs[g], actions)
+
+    def recv(self, g: int):
+        """Group g's step results: (obs, reward, terminated, truncated, real_next), its rows."""
+        if self._pool is None:
+            actions, self._actions[g] = self._actions[g], None
+            return step_transitions(self.venvs[g], actions)
+        future, self._pending[g] = self._pending[g], None
+        return future.result()
+
+    def close(self) -> None:
+        for f in self._pending:
+            if f is not None:  # a step in flight (an interrupted run): let it finish before closing its envs
+                try:
+                    f.result()
+                except Exception:  # noqa: BLE001 - the run is already ending with its own error
+                    pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for v in self.venvs:
+            v.close()
