@@ -16,8 +16,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from mindspore import Tensor, nn
 
-from msrl_consistent.envs import make_vec_env, seed_vec_env, step_transitions
 from msrl_consistent.fastcall import FastCall
+from msrl_consistent.pipeline import EnvGroups
 from msrl_consistent.run_context import RunContext
 
 from .cells import UpdateThenAct
@@ -56,12 +56,25 @@ class Rounds:
             self._fns[(kind, fused)] = FastCall(UpdateThenAct(cell, self.graphs.act_cell) if fused else cell)
         return self._fns[(kind, fused)]
 
-    def explore(self, obs: np.ndarray) -> List[tuple]:
-        """Every member's (env action, stored action) for its rows of obs (members, n, obs): one call."""
+    def explore(self, obs: np.ndarray, envs: Optional[EnvGroups] = None) -> List[tuple]:
+        """Every member's (env action, stored action) for its rows of obs (members, n, obs): one call,
+        or with ``envs`` one call per env group, each group's envs stepping while the next acts."""
         if self._act_fn is None:
             self._act_fn = FastCall(self.graphs.act_cell)
-        noise = [m.exploration_noise(obs.shape[1]) for m in self.members]
-        return self._split(self._act_fn(self._join(list(obs)), self._join(noise)).asnumpy())
+        noise = [m.exploration_noise(obs.shape[1]) for m in self.members]  # every row's, drawn as one call draws
+        if envs is None or not envs.overlap:
+            acts = self._split(self._act_fn(self._join(list(obs)), self._join(noise)).asnumpy())
+            if envs is not None:
+                envs.send(0, np.concatenate([e for e, _ in acts]))
+            return acts
+        parts = []
+        for g, r in enumerate(envs.ranges):
+            rows = slice(r.start, r.stop)
+            acts = self._split(self._act_fn(self._join([o[rows] for o in obs]),
+                                            self._join([z[rows] for z in noise])).asnumpy())
+            envs.send(g, np.concatenate([e for e, _ in acts]))
+            parts.append(acts)
+        return [tuple(np.concatenate([p[i][j] for p in parts]) for j in (0, 1)) for i in range(self.k)]
 
     def train(self, steps: int, act_obs: Optional[np.ndarray] = None):
         """``steps`` gradient steps of every member (one graph call each), the last one with the next
@@ -123,8 +136,8 @@ class Rounds:
         cfg, c = m0.cfg, m0.cfg.algo
         n = cfg.env.n_envs
         world = m0.dist.world  # num_timesteps counts every rank's steps
-        venv = make_vec_env(cfg.env, k * n)  # member i's envs at columns i * n .. (i + 1) * n
-        obs = seed_vec_env(venv, [m.env_seed() for m in members]).reshape(k, n, -1)
+        envs = EnvGroups(cfg.env, k)  # member i's envs at columns i * n .. (i + 1) * n; env.pipeline's groups
+        obs = envs.reset([m.env_seed() for m in members]).reshape(k, n, -1)
         bufs = [m.make_buffer(n) for m in members]
         for m in members:
             m.start_rounds()
@@ -143,15 +156,19 @@ class Rounds:
                 collected = 0
                 for _ in range(c.train_freq):
                     t0 = clock()
-                    if m0.num_timesteps < warmup_end:
-                        acts = [m.random_actions(n) for m in members]
-                    elif next_actions is not None:
-                        acts, next_actions = next_actions, None
+                    if m0.num_timesteps < warmup_end or next_actions is not None:
+                        if m0.num_timesteps < warmup_end:
+                            acts = [m.random_actions(n) for m in members]
+                        else:
+                            acts, next_actions = next_actions, None
+                        env_a = acts[0][0] if k == 1 else np.concatenate([e for e, _ in acts])
+                        for g, cols in enumerate(envs.cols):
+                            envs.send(g, env_a[cols] if envs.overlap else env_a)
                     else:
-                        acts = self.explore(obs)
+                        acts = self.explore(obs, envs)  # each group's envs start stepping once it has acted
                     t1 = clock()
-                    env_a = acts[0][0] if k == 1 else np.concatenate([e for e, _ in acts])
-                    next_obs, rew, term, trunc, real_next = step_transitions(venv, env_a)
+                    next_obs, rew, term, trunc, real_next = (envs.join(list(p))
+                                                             for p in zip(*[envs.recv(g) for g in range(envs.groups)]))
                     t2 = clock()
                     real = real_next.reshape(k, n, -1)
                     for i, (m, buf) in enumerate(zip(members, bufs)):
@@ -206,7 +223,7 @@ class Rounds:
                     self.owner.log_point(runs, pending)
                     pending, last_log = [[] for _ in members], step
         finally:
-            venv.close()
+            envs.close()
 
 
 class PolicyNet(nn.Cell):

@@ -51,7 +51,7 @@ class EnvGroups:
             self.close()
             raise
         self.overlap = len(self.venvs) > 1
-        self._pool: Optional[ThreadPoolExecutor] = ThreadPoolExecutor(1, "msrl-envs") if self.overlap else None
+        self._pool: Optional[ThreadPoolExecutor] = ThreadPoolExecutor(len(self.venvs), "msrl-envs") if self.overlap else None
         self._pending: List[Optional[Future]] = [None] * len(self.venvs)
         self._actions: List[Optional[np.ndarray]] = [None] * len(self.venvs)
 
