@@ -24,6 +24,7 @@ import numpy as np
 from .config import EnvConfig
 from .envs import make_vec_env, seed_vec_env, step_transitions
 
+
 def group_ranges(n_envs: int, pipeline: str) -> List[range]:
     """Which of a member's ``n_envs`` envs each group holds: all of them, or two halves (the
     config's n_envs >= 2 is checked with the spaces, envs.env_spec)."""
