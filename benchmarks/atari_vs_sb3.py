@@ -3,7 +3,7 @@ RL-Zoo values, same agent-step budget, SB3 at both torch thread settings; steps/
 episode returns seen during training (from msrl's metrics.jsonl and SB3's Monitor).
 
     pip install -e ".[atari,bench]" "opencv-python-headless<4.11"   # SB3's AtariWrapper needs OpenCV; <4.11 keeps numpy 1.x
-    python benchmarks/atari_vs_sb3.py --total-timesteps 4096 [--json FILE] [--plot FILE.png]
+    python benchmarks/atari_vs_sb3.py --total-timesteps 4096 [--pipelines sequential overlap] [--json FILE] [--plot FILE.png]
 
 Both sides consume 4 ALE frames per agent step: msrl runs ALE/Breakout-v5 (the ALE skips 4
 frames) with the raw 210x160x3 frame as the policy input (grayscale, 84x84 area resize and
@@ -92,6 +92,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--sides", nargs="+", default=["sb3", "msrl"], choices=["sb3", "msrl"],
                     help="which sides to run")
+    ap.add_argument("--pipelines", nargs="+", default=["sequential"], choices=["sequential", "overlap"],
+                    help="msrl's env.pipeline settings (one msrl run each)")
     a = ap.parse_args()
     if a.worker:
         return sb3_worker(a)
@@ -107,18 +109,18 @@ def main():
         rows.append({"side": f"sb3 CnnPolicy, torch threads {r['threads']}", "steps": r["steps"], "wall_s": wall,
                      "learn_s": r["learn_s"], "steps_per_s_wall": r["steps"] / wall, "peak_rss_gib": rss,
                      "curve": r["curve"], "episode_returns": r["episode_returns_last_100"]})
-    if "msrl" in a.sides:
-        run_dir = os.path.join(work, "msrl")
+    for pipeline in (a.pipelines if "msrl" in a.sides else ()):
+        run_dir = os.path.join(work, f"msrl-{pipeline}")
         # this interpreter's msrl (the one with the atari extra), not whichever `msrl` is on PATH
         cmd = [sys.executable, "-m", "msrl_consistent", "train", CONFIG, "--run-dir", run_dir,
                "--total-timesteps", str(a.total_timesteps), "--quiet",
-               "--set", "eval.freq=0", "--set", "eval.episodes=1"]
+               "--set", "eval.freq=0", "--set", "eval.episodes=1", "--set", f"env.pipeline={pipeline}"]
         wall, rss = run(cmd, env)
-        rows.append(msrl_row(run_dir, wall, rss))
+        rows.append(msrl_row(run_dir, wall, rss, pipeline))
     report(rows, a)
 
 
-def msrl_row(run_dir, wall, rss):
+def msrl_row(run_dir, wall, rss, pipeline):
     """msrl's row. Its run ends with one deterministic evaluation episode (eval.episodes >= 1),
     which SB3's worker does not have: its duration (the eval record's time minus the last
     training record's) is subtracted from the wall time and reported apart. (An untrained
@@ -138,7 +140,8 @@ def msrl_row(run_dir, wall, rss):
                 eval_end = float(m["time"])
     eval_s = 0.0 if eval_end is None else eval_end - last_train
     wall_train = wall - eval_s
-    return {"side": "msrl (MindSpore, in-cell preprocessing)", "steps": s["num_timesteps"], "wall_s": wall_train,
+    return {"side": f"msrl (MindSpore, env.pipeline {pipeline})", "params_sha256": s["params_sha256"],
+            "steps": s["num_timesteps"], "wall_s": wall_train,
             "final_eval_s": eval_s, "learn_s": s.get("wall_time_s"), "steps_per_s_wall": s["num_timesteps"] / wall_train,
             "peak_rss_gib": rss, "startup_s": s.get("startup_s"), "first_update_s": s.get("first_update_s"),
             "phase_seconds": s.get("phase_seconds"), "curve": curve,
@@ -151,7 +154,8 @@ def report(rows, a):
         print(f"{r['side']:44s} {r['steps']:7d} steps  {r['wall_s']:7.1f} s wall  {r['steps_per_s_wall']:6.1f} steps/s"
               f"  peak RSS {r['peak_rss_gib']:.1f} GiB  last mean return (last <= 100 episodes) {last:.2f}")
         if "final_eval_s" in r:
-            print(f"{'':44s} final evaluation, not counted: {r['final_eval_s']:.1f} s; start-up {r['startup_s']} s, "
+            print(f"{'':44s} params_sha256 {r['params_sha256'][:8]}, final evaluation, not counted: "
+                  f"{r['final_eval_s']:.1f} s; start-up {r['startup_s']} s, "
                   f"first update (compiles) {r['first_update_s']} s, phases {r['phase_seconds']}")
     if a.json:
         with open(a.json, "w") as f:

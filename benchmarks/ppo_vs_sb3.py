@@ -5,6 +5,8 @@
     python benchmarks/ppo_vs_sb3.py --seeds 0 --total-timesteps 100000
     python benchmarks/ppo_vs_sb3.py --config configs/ppo/Pendulum-v1.yaml --seeds 0 --total-timesteps 200000
     python benchmarks/ppo_vs_sb3.py --seeds 0 1 --repeats 2 --json runs/ppo_vs_sb3.json
+    python benchmarks/ppo_vs_sb3.py --pipelines sequential overlap     # msrl with each env.pipeline
+    python benchmarks/ppo_vs_sb3.py --config configs/ppo/MultiSensorReach-v0.yaml --total-timesteps 49152
 
 Each training is its own process, one after the other, timed from outside (Python start-up,
 imports and graph compilation included):
@@ -13,7 +15,9 @@ imports and graph compilation included):
     msrl train C --seed S --total-timesteps N --run-dir DIR --quiet --set eval.episodes=10 --set eval.freq=0
 The SB3 hyperparameters are read from C's env/policy/algo sections (yaml.safe_load); a config
 with policy.recurrent runs sb3-contrib's RecurrentPPO (MlpLstmPolicy, separate actor and critic
-LSTMs of policy.lstm_hidden_size units). Both
+LSTMs of policy.lstm_hidden_size units); a Dict observation space runs SB3's MultiInputPolicy
+with msrl's CNN for each image key (the `small` or `nature` trunk msrl's policy.cnn picks, in
+SB3's CombinedExtractor layout: each key's features concatenated in sorted key order). Both
 sides end with the same evaluation: deterministic episodes reset with seeds
 seed + eval.seed_offset + i (msrl's final eval; SB3's evaluate_policy on seeded envs).
 msrl's periodic evaluations are off (eval.freq=0) unless --periodic-eval, since SB3 does none.
@@ -61,6 +65,8 @@ def sb3_worker(args):
     env, pol, algo = cfg.get("env", {}), cfg.get("policy", {}), cfg.get("algo", {})
     if "NoVel" in env.get("id", ""):
         import msrl_consistent.masked_envs  # noqa: F401  (registers the velocity-masked tasks; gymnasium only)
+    if env.get("id", "").startswith("MultiSensorReach"):
+        import msrl_consistent.sensor_envs  # noqa: F401  (registers the several-sensor task; gymnasium only)
     algo_cls, policy_name = PPO, "MlpPolicy"
     if pol.get("recurrent"):  # sb3-contrib's RecurrentPPO, its default layout: separate actor and critic LSTMs
         from sb3_contrib import RecurrentPPO
@@ -89,6 +95,10 @@ def sb3_worker(args):
                      "optimizer_kwargs": {"eps": float(algo.get("adam_eps", 1e-5))}}
     if "log_std_init" in pol:
         policy_kwargs["log_std_init"] = float(pol["log_std_init"])
+    from gymnasium import spaces
+    if isinstance(venv.observation_space, spaces.Dict):
+        policy_name = "MultiInputPolicy"
+        policy_kwargs.update(features_extractor_class=msrl_cnn_extractor(pol.get("cnn", "auto")))
     if pol.get("recurrent"):
         policy_kwargs.update(lstm_hidden_size=int(pol.get("lstm_hidden_size", 256)), enable_critic_lstm=True,
                              shared_lstm=False)
@@ -141,6 +151,46 @@ def sb3_worker(args):
                       "rollout_ms_per_vector_step": phases["rollout"] / steps * 1e3}))
 
 
+def msrl_cnn_extractor(cnn):
+    """SB3's CombinedExtractor with msrl's CNN trunk on each image key (networks/image.py
+    CNN_LAYERS: 'small' below 64x64 pixels, else 'nature'; ReLU after every conv, flatten, Linear,
+    ReLU) and the other keys flattened, concatenated in the Dict's sorted key order."""
+    import numpy as np
+    import torch
+    from stable_baselines3.common.preprocessing import is_image_space
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from torch import nn
+
+    layers_of = {"nature": (((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512), "small": (((16, 4, 4), (32, 2, 2)), 128)}
+
+    class Extractor(BaseFeaturesExtractor):
+        def __init__(self, observation_space):
+            parts, total = {}, 0
+            for key, sub in observation_space.spaces.items():
+                if is_image_space(sub):  # channels first here (SB3's VecTransposeImage)
+                    c, h, w = sub.shape
+                    layers, feat = layers_of[cnn if cnn != "auto" else ("nature" if min(h, w) >= 64 else "small")]
+                    mods, ch = [], c
+                    for out, k, st in layers:
+                        mods += [nn.Conv2d(ch, out, k, st), nn.ReLU()]
+                        ch = out
+                    trunk = nn.Sequential(*mods, nn.Flatten())
+                    with torch.no_grad():
+                        n_flat = trunk(torch.zeros(1, c, h, w)).shape[1]
+                    parts[key] = nn.Sequential(trunk, nn.Linear(n_flat, feat), nn.ReLU())
+                    total += feat
+                else:
+                    parts[key] = nn.Flatten()
+                    total += int(np.prod(sub.shape))
+            super().__init__(observation_space, features_dim=total)
+            self.extractors = nn.ModuleDict(parts)
+
+        def forward(self, observations):
+            return torch.cat([self.extractors[k](observations[k]) for k in self.extractors], dim=1)
+
+    return Extractor
+
+
 def run(label, cmd, env=None):
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
@@ -163,18 +213,19 @@ def run_sb3(args, seed, threads):
     return dict(r, side=f"sb3-{threads or 'default'}", seed=seed, wall_s=wall)
 
 
-def run_msrl(args, seed, work):
-    run_dir = tempfile.mkdtemp(prefix=f"msrl-seed{seed}-", dir=work)
+def run_msrl(args, seed, work, pipeline="sequential"):
+    run_dir = tempfile.mkdtemp(prefix=f"msrl-seed{seed}-{pipeline}-", dir=work)
     exe = os.path.join(os.path.dirname(sys.executable), "msrl")
     cmd = [exe] if os.path.isfile(exe) else [shutil.which("msrl") or "msrl"]
     cmd += ["train", args.config, "--seed", str(seed), "--total-timesteps", str(args.total_timesteps),
-            "--run-dir", run_dir, "--quiet", "--set", f"eval.episodes={args.eval_episodes}"]
+            "--run-dir", run_dir, "--quiet", "--set", f"eval.episodes={args.eval_episodes}",
+            "--set", f"env.pipeline={pipeline}"]
     if not args.periodic_eval:
         cmd += ["--set", "eval.freq=0"]
     wall, _ = run(f"msrl train (seed {seed})", cmd, env=dict(os.environ, GLOG_v="3"))
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
-    r = {"side": "msrl", "seed": seed, "wall_s": wall, "run_dir": run_dir, "train_s": s.get("wall_time_s"),
+    r = {"side": MSRL[pipeline], "seed": seed, "wall_s": wall, "run_dir": run_dir, "train_s": s.get("wall_time_s"),
          "steps": s.get("num_timesteps"), "steps_per_second": s.get("steps_per_second"),
          "params_sha256": s.get("params_sha256"), "mean_return": s.get("final_eval", {}).get("mean_return")}
     for k in ("phase_seconds", "startup_s", "first_update_s", "n_updates"):
@@ -190,6 +241,10 @@ def run_msrl(args, seed, work):
     if "acting" in ph and s.get("num_timesteps"):
         r["acting_ms_per_vector_step"] = ph["acting"] / (s["num_timesteps"] / n_envs) * 1e3
     return r
+
+
+MSRL = {"sequential": "msrl", "overlap": "msrl-overlap"}
+"""msrl's side per env.pipeline."""
 
 
 def cfg_get(path, section, key, default):
@@ -208,6 +263,8 @@ def main():
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--periodic-eval", action="store_true", help="keep the config's eval.freq for msrl")
+    p.add_argument("--pipelines", nargs="+", choices=sorted(MSRL), default=["sequential"],
+                   help="msrl's env.pipeline settings (one msrl run each)")
     p.add_argument("--json", metavar="OUT", help="write the raw results here")
     p.add_argument("--workdir", help="where msrl run dirs go (default: a new temp dir)")
     p.add_argument("--worker", choices=["sb3"], help=argparse.SUPPRESS)
@@ -221,8 +278,10 @@ def main():
     cfg = load_cfg(args.config)
     work = args.workdir or tempfile.mkdtemp(prefix="ppo-vs-sb3-")
     os.makedirs(work, exist_ok=True)
-    jobs = {"sb3-1": lambda s: run_sb3(args, s, 1), "sb3-default": lambda s: run_sb3(args, s, 0),
-            "msrl": lambda s: run_msrl(args, s, work)}
+    jobs = {"sb3-1": lambda s: run_sb3(args, s, 1), "sb3-default": lambda s: run_sb3(args, s, 0)}
+    for pipeline in args.pipelines:
+        jobs[MSRL[pipeline]] = lambda s, p=pipeline: run_msrl(args, s, work, p)
+    sides = [MSRL[p] for p in args.pipelines]
     results, groups = [], []
     for rep in range(args.repeats):
         for seed in args.seeds:
@@ -235,20 +294,29 @@ def main():
                 print(f"# {name} seed {seed} rep {rep}: {r['wall_s']:.1f} s, return {fmt(r['mean_return'])}",
                       file=sys.stderr, flush=True)
             groups.append(group)
+    report(args, cfg, groups, results, sides, work)
+
+
+def report(args, cfg, groups, results, sides, work):  # noqa: C901 - one table after another
     n_thr = groups[0]["sb3-default"]["threads"]
     work_name = f"{cfg.get('env', {}).get('id', '?')} {args.total_timesteps} steps"
     print(f"\nPPO {work_name}, whole-process wall time (s), eval = mean return over {args.eval_episodes} "
           f"deterministic episodes; torch {groups[0]['sb3-1']['torch']}, SB3 {groups[0]['sb3-1']['sb3']}, "
           f"{os.cpu_count()} CPUs\n")
-    print(f"| work | seed | SB3 1 thread | SB3 default threads ({n_thr}) | msrl | msrl / faster SB3 "
-          f"| eval SB3 1 thread | eval SB3 {n_thr} threads | eval msrl |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| work | seed | SB3 1 thread | SB3 default threads ({n_thr}) | "
+          + " | ".join(f"{m} | {m} / faster SB3" for m in sides)
+          + f" | eval SB3 1 thread | eval SB3 {n_thr} threads | " + " | ".join(f"eval {m}" for m in sides) + " |")
+    print("|" + " --- |" * (6 + 3 * len(sides)))
     for g in groups:
-        a, b, m = g["sb3-1"], g["sb3-default"], g["msrl"]
-        g["ratio"] = m["wall_s"] / min(a["wall_s"], b["wall_s"])
+        a, b = g["sb3-1"], g["sb3-default"]
+        for m in sides:
+            g[f"ratio {m}"] = g[m]["wall_s"] / min(a["wall_s"], b["wall_s"])
+        g["ratio"] = g[f"ratio {sides[0]}"]
         label = work_name if args.repeats == 1 else f"{work_name}, rep {g['repeat']}"
-        print(f"| {label} | {g['seed']} | {a['wall_s']:.1f} | {b['wall_s']:.1f} | {m['wall_s']:.1f} | "
-              f"{g['ratio']:.2f} | {fmt(a['mean_return'])} | {fmt(b['mean_return'])} | {fmt(m['mean_return'])} |")
+        print(f"| {label} | {g['seed']} | {a['wall_s']:.1f} | {b['wall_s']:.1f} | "
+              + " | ".join(f"{g[m]['wall_s']:.1f} | {g[f'ratio {m}']:.2f}" for m in sides)
+              + f" | {fmt(a['mean_return'])} | {fmt(b['mean_return'])} | "
+              + " | ".join(fmt(g[m]["mean_return"]) for m in sides) + " |")
     print("\nIn-process training time (s) and steps/s (SB3: learn(); msrl: summary.json wall_time_s):\n")
     print("| seed | side | process wall | training | steps/s | outside training |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -256,18 +324,19 @@ def main():
         rest = None if r.get("train_s") is None else r["wall_s"] - r["train_s"]
         print(f"| {r['seed']} | {r['side']} | {r['wall_s']:.1f} | {fmt(r.get('train_s'))} | "
               f"{fmt(r.get('steps_per_second'), 0)} | {fmt(rest)} |")
-    phased = [r for r in results if r["side"] == "msrl" and ("phase_seconds" in r or "startup_s" in r)]
+    phased = [r for r in results if r["side"] in sides and ("phase_seconds" in r or "startup_s" in r)]
     if phased:
         keys = ["update", "acting", "eval", "env", "other"]
         keys += sorted({k for r in phased for k in (r.get("phase_seconds") or {})} - set(keys))
         print("\nmsrl phases (s, summary.json; startup = process start to the loop, first update includes "
               "graph compilation; per-minibatch and per-step costs exclude the first update):\n")
-        print("| seed | rep | startup | first update | " + " | ".join(keys)
+        print("| seed | rep | side | startup | first update | " + " | ".join(keys)
               + " | update ms/minibatch | acting ms/vector step |")
-        print("|" + " --- |" * (len(keys) + 6))
+        print("|" + " --- |" * (len(keys) + 7))
         for r in phased:
             ph = r.get("phase_seconds") or {}
-            print(f"| {r['seed']} | {r['repeat']} | {fmt(r.get('startup_s'))} | {fmt(r.get('first_update_s'))} | "
+            print(f"| {r['seed']} | {r['repeat']} | {r['side']} | {fmt(r.get('startup_s'))} | "
+                  f"{fmt(r.get('first_update_s'))} | "
                   + " | ".join(fmt(ph.get(k)) for k in keys)
                   + f" | {fmt(r.get('update_ms_per_minibatch'), 2)} | {fmt(r.get('acting_ms_per_vector_step'), 3)} |")
     else:
@@ -282,9 +351,10 @@ def main():
             ph = r["phase_seconds"]
             print(f"| {r['seed']} | {r['repeat']} | {r['side']} | {fmt(ph['rollout'])} | {fmt(ph['update'])} | "
                   f"{fmt(r['update_ms_per_minibatch'], 2)} | {fmt(r['rollout_ms_per_vector_step'], 3)} |")
-    ratios = [g["ratio"] for g in groups]
-    print(f"\nmsrl wall / min(SB3 1 thread, SB3 {n_thr} threads): median {statistics.median(ratios):.2f} "
-          f"over {len(ratios)} comparison(s) (msrl run dirs in {work})")
+    for m in sides:
+        ratios = [g[f"ratio {m}"] for g in groups]
+        print(f"\n{m} wall / min(SB3 1 thread, SB3 {n_thr} threads): median {statistics.median(ratios):.2f} "
+              f"over {len(ratios)} comparison(s) (msrl run dirs in {work})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": args.config, "total_timesteps": args.total_timesteps,

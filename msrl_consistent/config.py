@@ -44,7 +44,8 @@ class EnvConfig:
     vectorization: Literal["sync", "async"] = "sync"
     """gymnasium vector env class: sync (one process) or async (one process per env)."""
     pipeline: Literal["sequential", "overlap"] = "sequential"
-    """overlap: half the envs step (in a worker thread) while the policy acts on the other half (msrl_consistent.pipeline)."""
+    """sequential: act on every env, then step them all. overlap (n_envs >= 2): each half steps in a worker thread
+    while the policy acts on the other half; the same envs, seeds and buffer rows (msrl_consistent.pipeline)."""
     normalize_obs: bool = False
     """Keep a running mean/std of observations inside the policy cell (exported with it)."""
     normalize_obs_clip: float = 10.0

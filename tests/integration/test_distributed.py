@@ -52,11 +52,13 @@ def test_msrun_command():
 
 
 @pytest.mark.slow
-def test_two_workers_identical_parameters_and_reproducible(tmp_path):
+def test_two_workers_identical_parameters_and_reproducible_with_either_pipeline(tmp_path):
+    """The second launch overlaps each rank's env steps with its acting (env.pipeline: overlap, groups
+    of 4 envs): the same parameters as the first, sequential one."""
     hashes = []
-    for i in range(2):
+    for i, pipeline in enumerate(("sequential", "overlap")):
         run = tmp_path / f"run{i}"
-        proc = launch(run, 2048)
+        proc = launch(run, 2048, extra=("--set", f"env.pipeline={pipeline}"))
         assert proc.returncode == 0, proc.stderr[-3000:]
         ranks = [json.load(open(run / "ranks" / f"{r}.json")) for r in (0, 1)]
         assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]
