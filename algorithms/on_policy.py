@@ -197,10 +197,10 @@ class Rollouts:
             nonlocal env_wait
             t0 = clock()
             next_obs, rew, term, trunc, real_next = envs.recv(g)
-            env_wait += clock() - t0
             if stacks is not None:
                 real_next = stacks[g].peek(real_next)  # an ended episode's true final stack
                 next_obs = stacks[g].push(next_obs, term | trunc)
+            env_wait += clock() - t0  # the env phase, as before the groups: the step and the frame stack
             if carry is not None:
                 carry.stepped(term | trunc, envs.cols[g])
             gobs[g] = next_obs
