@@ -44,17 +44,19 @@ class EnvGroups:
         self.n, self.members = n, members
         self.ranges = group_ranges(n, env_cfg.pipeline)
         self.cols = [np.array([i * n + j for i in range(members) for j in r], np.int64) for r in self.ranges]
-        self.venvs = []
-        try:
+        self.overlap = len(self.ranges) > 1
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pending: List[Optional[Future]] = [None] * len(self.ranges)
+        self._actions: List[Optional[np.ndarray]] = [None] * len(self.ranges)
+        self.venvs: list = []
+        try:  # a group that fails to start closes the ones already started (close() needs the fields above)
             for c in self.cols:
                 self.venvs.append(make_vec_env(env_cfg, len(c)))
         except BaseException:
             self.close()
             raise
-        self.overlap = len(self.venvs) > 1
-        self._pool: Optional[ThreadPoolExecutor] = ThreadPoolExecutor(len(self.venvs), "msrl-envs") if self.overlap else None
-        self._pending: List[Optional[Future]] = [None] * len(self.venvs)
-        self._actions: List[Optional[np.ndarray]] = [None] * len(self.venvs)
+        if self.overlap:
+            self._pool = ThreadPoolExecutor(len(self.venvs), "msrl-envs")
 
     @property
     def groups(self) -> int:
@@ -63,8 +65,7 @@ class EnvGroups:
     def reset(self, seeds: Sequence[int]) -> np.ndarray:
         """Seed and reset every env as one vector env of all columns would be (member j's env i:
         seeds[j] + i); returns the first observations of all columns."""
-        parts = [seed_vec_env(v, [s + r.start for s in seeds]) if len(r) else None
-                 for v, r in zip(self.venvs, self.ranges)]
+        parts = [seed_vec_env(v, [s + r.start for s in seeds]) for v, r in zip(self.venvs, self.ranges)]
         return self.join(parts)
 
     def join(self, parts: List[np.ndarray]) -> np.ndarray:
