@@ -23,7 +23,7 @@ from msrl_consistent.config import POSITIVE, Check
 from msrl_consistent.distributions import rows_mean
 from msrl_consistent.networks.agents import Agent, QNetwork, frozen_copy, require_box
 from msrl_consistent.networks.heads import DistributionPolicyCell, ScaleToBox, SquashedGaussianOutputs, make_head
-from msrl_consistent.networks.mlp import MLP, Chain, Tanh, accurate_tanh, dense
+from msrl_consistent.networks.mlp import MLP, Chain, Tanh, dense, pow_tanh
 from msrl_consistent.networks.stacked import MembersView
 
 from .algorithm import register
@@ -86,7 +86,7 @@ class SACAct(nn.Cell):
 
     The normalized action a = tanh(u) in [-1, 1] is what the replay buffer stores; the env
     action is TanhScaleHead's mapping of the same u (computed from a: one tanh evaluation).
-    The losses use the same accurate tanh (networks.mlp.Tanh: accurate_tanh forward, 1 - y^2
+    The losses use the same tanh (networks.mlp.Tanh(pow=True): pow_tanh forward, 1 - y^2
     backward), so the critics are trained on the actions the exported policy produces."""
 
     def __init__(self, agent: SACAgent):
@@ -97,8 +97,7 @@ class SACAct(nn.Cell):
 
     def construct(self, obs, noise):
         u, _ = self.sampler(self.agent.normalizer(obs), noise)
-        # accurate_tanh: the exported TanhScaleHead's tanh (MindSpore's CPU Tanh is off by ~1e-4).
-        a = accurate_tanh(u)
+        a = pow_tanh(u)  # the exported TanhScaleHead's tanh
         return ops.concat((self.scale(a), a), -1)
 
 
@@ -110,7 +109,7 @@ class ActorLoss(nn.Cell):
         super().__init__()
         self.agent = agent
         self.sampler = SquashedGaussian(agent)
-        self.tanh = Tanh()
+        self.tanh = Tanh(pow=True)
 
     def construct(self, x, noise, alpha):
         u, log_prob = self.sampler(x, noise)
@@ -144,7 +143,7 @@ class SACTrainStep(nn.Cell):
         self.agent = agent
         self.layout = layout
         self.sampler = SquashedGaussian(agent)
-        self.tanh = Tanh()
+        self.tanh = Tanh(pow=True)
         self.critic_opt, self.actor_opt, self.alpha_opt = critic_opt, actor_opt, alpha_opt
         self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 0.5), None, critic_opt.parameters, has_aux=True)
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters, has_aux=True)

@@ -25,7 +25,7 @@ from msrl_consistent.config import NON_NEGATIVE, POSITIVE, Check
 from msrl_consistent.distributions import rows_mean
 from msrl_consistent.networks.agents import Agent, QNetwork, frozen_copy, require_box
 from msrl_consistent.networks.heads import ScaleToBox
-from msrl_consistent.networks.mlp import MLP, Tanh, accurate_tanh
+from msrl_consistent.networks.mlp import MLP, Tanh, pow_tanh
 from msrl_consistent.networks.stacked import MembersView
 
 from .algorithm import register
@@ -90,8 +90,7 @@ class TD3Act(nn.Cell):
         self.scale = ScaleToBox(agent.spec.act_low, agent.spec.act_high)
 
     def construct(self, obs, noise):
-        # accurate_tanh: the exported TanhScaleHead's tanh (MindSpore's CPU Tanh is off by ~1e-4).
-        a = accurate_tanh(self.agent.actor(self.agent.normalizer(obs)))
+        a = pow_tanh(self.agent.actor(self.agent.normalizer(obs)))  # the exported TanhScaleHead's tanh
         a = ops.clip_by_value(a + self.sigma * noise, -1.0, 1.0)
         return ops.concat((self.scale(a), a), -1)
 
@@ -103,7 +102,7 @@ class ActorLoss(nn.Cell):
     def __init__(self, agent):
         super().__init__()
         self.agent = agent
-        self.tanh = Tanh()
+        self.tanh = Tanh(pow=True)
 
     def construct(self, x):
         loss = -rows_mean(self.agent.q1(x, self.tanh(self.agent.actor(x))))

@@ -1,6 +1,7 @@
 """Every export kind on MindSpore Lite (CPU target, the real runtime), beside ONNX Runtime.
 
-    msrl lite install && python benchmarks/lite_every_kind.py [--shipped] [--workdir DIR] [--out results.json]
+    msrl lite install && python benchmarks/lite_every_kind.py [--shipped] [--only TEXT ...] [--workdir DIR]
+                                                              [--out results.json]
 
 Trains a short run of each kind (what is measured is the runtimes' arithmetic on the exported
 policy, not what it learned), exports it with `--format mindir,onnx,lite,om --preflight-only`
@@ -107,10 +108,14 @@ def main():
     p.add_argument("--workdir", default=None)
     p.add_argument("--out", default=None, help="write the rows as JSON here")
     p.add_argument("--shipped", action="store_true", help="also every other shipped config (atari and mujoco extras)")
+    p.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                   help="only the kinds whose name contains one of these (e.g. sac td3)")
     args = p.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="msrl-lite-kinds-")
     rows = {}
     for name, spec in {**KINDS, **(SHIPPED if args.shipped else {})}.items():
+        if args.only and not any(t in name for t in args.only):
+            continue
         # Breakout: the golden set only; an untrained policy never presses FIRE, its episodes last 27,000 steps
         rows[name] = measure(train(name, spec, workdir), os.path.join(workdir, "exports", str(len(rows))),
                              episodes=0 if "Breakout" in name else 3)

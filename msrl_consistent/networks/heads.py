@@ -7,7 +7,8 @@ post-processing of the consistency contract:
 * discrete: ``argmax`` of the logits, as int32 (int32 inside the cell so ONNX Runtime loads the
   exported graph); MultiDiscrete / MultiBinary: the mode of each dimension, int32;
 * continuous, unsquashed (PPO): the mean clipped to the Box bounds;
-* continuous, squashed (SAC, TD3): ``low + (tanh(u) + 1) / 2 * (high - low)``, clipped.
+* continuous, squashed (SAC, TD3): ``low + (tanh(u) + 1) / 2 * (high - low)``, clipped, with the
+  correctly rounded Pow form of tanh (mlp.pow_tanh).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from mindspore import Tensor, nn, ops
 
 from ..distributions import sde_std
 from ..normalization import ObsNormalizer
-from .mlp import accurate_tanh
+from .mlp import pow_tanh
 
 
 class ArgmaxHead(nn.Cell):
@@ -71,14 +72,16 @@ class ScaleToBox(nn.Cell):
 
 
 class TanhScaleHead(nn.Cell):
-    """``low + (tanh(u) + 1) * (high - low) / 2``, clipped to [low, high] against rounding."""
+    """``low + (tanh(u) + 1) * (high - low) / 2``, clipped to [low, high] against rounding; the tanh
+    is mlp.pow_tanh, within ~1e-7 of the exact tanh on every runtime (the action is what a board
+    compares), and so are the acting cells' and the losses' tanh of SAC and TD3."""
 
     def __init__(self, low: np.ndarray, high: np.ndarray):
         super().__init__()
         self.scale = ScaleToBox(low, high)
 
     def construct(self, u):
-        return self.scale(accurate_tanh(u))
+        return self.scale(pow_tanh(u))
 
 
 class PolicyCell(nn.Cell):

@@ -1,5 +1,5 @@
 """SAC and TD3 export: the tanh-scaled deterministic policy cell, bit-identical on MindSpore,
-within 1e-5 on ONNX Runtime; an export without the action scaling is caught."""
+within 1e-6 on ONNX Runtime and MindSpore Lite; an export without the action scaling is caught."""
 import json
 
 import numpy as np
@@ -30,12 +30,12 @@ def test_offpolicy_export_verifies(offpolicy_run, lite_runtime, tmp_path):
     r = verify_export(out, backend="mindspore", episodes=2)
     assert r["passed"] and r["golden"]["bit_identical"] and r["rollouts"]["identical_episodes"] == 2
     r2 = verify_export(out, backend="onnxruntime", episodes=1)
-    assert r2["passed"] and r2["golden"]["max_abs_error"] <= 1e-5
+    assert r2["passed"] and r2["golden"]["max_abs_error"] <= 1e-6
     lite_out = str(tmp_path / "lite")  # MindSpore Lite (the real runtime) on the model its converter made
     m = export_run(run, lite_out, formats=["lite", "om"], preflight_only=True, golden=128)
     assert m.export.conversion["atc_preflight"]["passed"] and "actor.om" not in m.files
     r3 = verify_export(lite_out, backend="lite", episodes=1)
-    assert r3["passed"] and r3["golden"]["max_abs_error"] <= 1e-5
+    assert r3["passed"] and r3["golden"]["max_abs_error"] <= 1e-6
     with np.load(f"{out}/golden.npz") as g:
         assert g["actions"].min() >= -2.0 and g["actions"].max() <= 2.0
 
