@@ -1,15 +1,19 @@
-"""A float64 reference for a recurrent export's golden sequences: is a state error rounding?
+"""A float64 reference for a continuous or recurrent export's golden set: is an error rounding?
 
-A recurrent policy carries its state through every step, so float32 rounding accumulates in it,
-and two correct float32 runtimes (the training cell, ONNX Runtime) can drift apart by more than a
-tolerance over a 500-step sequence. To tell that from a deployment fault, the exported ONNX graph is
-made float64 (every float tensor, value type, Cast target and constant) and run on the golden
-observations by ONNX's reference evaluator (NumPy; code neither runtime shares), the state fed back
-at every step. Both float32 runs are then measured against it: when the backend is as close to the
-float64 states as the training cell is (within twice its distance: two correct float32 evaluations
-differ in which of them rounds closer), their difference is float32 rounding carried through the
-state, not a fault of the deployed graph or loop. The reference replays the golden observations:
-it measures the state along the training cell's trajectory.
+Two correct float32 runtimes (the training cell, ONNX Runtime) do not agree bit for bit: their
+dot products sum in different orders, and a recurrent policy carries each step's rounding into its
+state, so they can drift apart by more than a tolerance over a 500-step sequence. To tell that from
+a deployment fault, the exported ONNX graph is made float64 (every float tensor, value type, Cast
+target and constant) and run on the golden observations by ONNX's reference evaluator (NumPy; code
+neither runtime shares), a recurrent state fed back at every step. Both float32 runs are then
+measured against it: when the backend is as close to the float64 result as the training cell is
+(within twice its distance: two correct float32 evaluations differ in which of them rounds closer),
+their difference is float32 rounding, not a fault of the deployed graph or loop. "As close" is
+judged against the farther of two independent float32 evaluations, the training cell and the same
+reference evaluator on the float32 graph (NumPy's summation order, a third one): a large network's
+dot products alone can put a correct float32 runtime several times farther from float64 than the
+training cell happens to be. The reference replays the golden observations: a recurrent one
+measures the state along the training cell's trajectory.
 """
 from __future__ import annotations
 
@@ -59,23 +63,25 @@ def carried_states(step, obs: np.ndarray, starts: np.ndarray, hidden: int, dtype
     return np.stack(hs), np.stack(cs)
 
 
-def float64_states(onnx_path: str, obs: np.ndarray, starts: np.ndarray, hidden: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-    """The float64 twin of ``onnx_path`` over the sequences (h, c per step), or None when the graph
-    does not have the single-observation recurrent inputs (obs, h, c, episode_start)."""
+def reference_states(onnx_path: str, obs: np.ndarray, starts: np.ndarray, hidden: int,
+                     dtype=np.float64) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """``onnx_path`` run by ONNX's reference evaluator over the sequences (h, c per step), in float64
+    (the float64 twin) or float32 (the graph as exported), or None when the graph does not have the
+    single-observation recurrent inputs (obs, h, c, episode_start)."""
     import onnx
     from onnx.reference import ReferenceEvaluator
 
     model = onnx.load(onnx_path)
     if tuple(i.name for i in model.graph.input) != INPUTS:
         return None
-    ref = ReferenceEvaluator(to_float64(model))
+    ref = ReferenceEvaluator(to_float64(model) if dtype == np.float64 else model)
 
     def step(x, h, c, s):
-        x = x.astype(np.float64) if x.dtype == np.float32 else x
+        x = x.astype(dtype) if x.dtype.kind == "f" else x
         _, h2, c2 = ref.run(None, {"obs": x, "h": h, "c": c, "episode_start": s})[:3]  # (a distribution export: more)
-        return np.asarray(h2, np.float64), np.asarray(c2, np.float64)
+        return np.asarray(h2, dtype), np.asarray(c2, dtype)
 
-    return carried_states(step, obs, starts, hidden, np.float64)
+    return carried_states(step, obs, starts, hidden, dtype)
 
 
 def _errors(h, c, exact) -> Dict[str, float]:
@@ -83,36 +89,80 @@ def _errors(h, c, exact) -> Dict[str, float]:
             "max_c_error": float(np.abs(np.asarray(c, np.float64) - exact[1]).max())}
 
 
+def _verdict(train: Dict[str, float], ref32: Dict[str, float], backend: Dict[str, float]) -> dict:
+    """'rounding' when the backend is within twice the farther float32 evaluation's distance from
+    float64 (the training cell's or the float32 reference evaluator's)."""
+    worst32 = max(max(train.values()), max(ref32.values()))
+    return {"training_cell": train, "float32_reference": ref32, "backend": backend,
+            "rounding": bool(max(backend.values()) <= 2.0 * worst32)}
+
+
+def _onnx_path(export_dir: str) -> Optional[str]:
+    path = os.path.join(export_dir, "actor.onnx")
+    return path if os.path.exists(path) else None
+
+
+NO_ONNX = {"skipped": "the export has no actor.onnx (export with --format ...,onnx to get the float64 reference)"}
+
+
 def float64_reference(export_dir: str, golden: Dict[str, np.ndarray], backend_states: Tuple[np.ndarray, np.ndarray],
                       hidden: int) -> dict:
-    """The training cell's (golden) and the backend's states against the float64 twin's, and the
-    verdict: 'rounding' when the backend is within twice the training cell's distance from float64
-    (as close to exact arithmetic as the training cell, up to which of the two rounds closer)."""
-    onnx_path = os.path.join(export_dir, "actor.onnx")
-    if not os.path.exists(onnx_path):
-        return {"skipped": "the export has no actor.onnx (export with --format ...,onnx to get the float64 reference)"}
-    exact = float64_states(onnx_path, golden["obs"], golden["episode_starts"], hidden)
+    """The training cell's (golden) and the backend's recurrent states against the float64 twin's."""
+    onnx_path = _onnx_path(export_dir)
+    if onnx_path is None:
+        return NO_ONNX
+    exact = reference_states(onnx_path, golden["obs"], golden["episode_starts"], hidden)
     if exact is None:
         return {"skipped": f"the ONNX graph's inputs are not {', '.join(INPUTS)}"}
-    train = _errors(golden["h"], golden["c"], exact)
-    backend = _errors(backend_states[0], backend_states[1], exact)
-    worst_train = max(train.values())
-    worst_backend = max(backend.values())
-    return {"training_cell": train, "backend": backend,
-            "rounding": bool(worst_backend <= 2.0 * worst_train)}
+    ref32 = reference_states(onnx_path, golden["obs"], golden["episode_starts"], hidden, np.float32)
+    return _verdict(_errors(golden["h"], golden["c"], exact), _errors(*ref32, exact),
+                    _errors(backend_states[0], backend_states[1], exact))
+
+
+def float64_action_reference(export_dir: str, obs: np.ndarray, train_actions: np.ndarray,
+                             backend_actions: np.ndarray) -> dict:
+    """The training cell's and the backend's continuous actions on the golden observations against
+    the float64 twin's (a graph of one input; its first output is the action)."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    onnx_path = _onnx_path(export_dir)
+    if onnx_path is None:
+        return NO_ONNX
+    model = onnx.load(onnx_path)
+    if len(model.graph.input) != 1:
+        return {"skipped": f"the ONNX graph has {len(model.graph.input)} inputs (one observation input is covered)"}
+    name = model.graph.input[0].name
+
+    def run(m, dtype):
+        x = obs.astype(dtype) if obs.dtype.kind == "f" else obs
+        return np.asarray(ReferenceEvaluator(m).run(None, {name: x})[0], np.float64)
+
+    exact = run(to_float64(model), np.float64)
+
+    def error(actions) -> Dict[str, float]:
+        return {"max_abs_error": float(np.abs(np.asarray(actions, np.float64).reshape(exact.shape) - exact).max())}
+
+    return _verdict(error(train_actions), error(run(model, np.float32)), error(backend_actions))
+
+
+def _figures(errors: Dict[str, float]) -> str:
+    names = {"max_h_error": "h", "max_c_error": "c", "max_abs_error": "action"}
+    return " ".join(f"{names[k]} {v:.3g}" for k, v in errors.items())
 
 
 def describe(ref: dict) -> str:
     """One line for the report."""
     if "skipped" in ref:
         return f"float64 reference skipped: {ref['skipped']}"
-    t, b = ref["training_cell"], ref["backend"]
-    line = (f"float64 reference (the ONNX graph in float64): training cell h {t['max_h_error']:.3g} c "
-            f"{t['max_c_error']:.3g}, backend h {b['max_h_error']:.3g} c {b['max_c_error']:.3g} from it")
+    t, r, b = ref["training_cell"], ref["float32_reference"], ref["backend"]
+    what = "a state error between them is float32 rounding carried through the state" if "max_h_error" in t \
+        else "an action error between them is float32 rounding"
+    line = (f"float64 reference (the ONNX graph in float64): training cell {_figures(t)}, ONNX's float32 reference "
+            f"evaluator {_figures(r)}, backend {_figures(b)} from it")
     if ref["rounding"]:
-        line += ("; the backend is as close to float64 arithmetic as the training cell: a state error between "
-                 "them is float32 rounding carried through the state")
+        line += f"; the backend is as close to float64 arithmetic as two independent float32 evaluations: {what}"
     else:
-        line += ("; the backend is more than twice as far from float64 arithmetic as the training cell: not float32 "
-                 "rounding alone")
+        line += ("; the backend is more than twice as far from float64 arithmetic as the farther float32 evaluation: "
+                 "not float32 rounding alone")
     return line

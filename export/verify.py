@@ -31,7 +31,7 @@ from msrl_consistent.deploy.check import distribution_criterion, distribution_su
 from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.directories import EXPORT, expect
 from msrl_consistent.episodes import run_episodes
-from msrl_consistent.export.exact import describe, float64_reference
+from msrl_consistent.export.exact import describe, float64_action_reference, float64_reference
 from msrl_consistent.runtime import TrainCellPolicy, load_policy
 
 FP16_MAX_RETURN_DROP = 0.05
@@ -107,12 +107,15 @@ def verify_export(export_dir: str, backend: str = REFERENCE, episodes: int = 20,
         golden["batch_sensitivity"] = {"batch": int(len(g_obs)),
                                        **{k: sens[k] for k in ("max_abs_error", "agreement", "bit_identical") if k in sens}}
 
-    if export.state_size and not get_backend(backend).same_engine and precision == "fp32" and "sequences" in golden \
-            and not golden.get("output_mismatch"):
-        # Is a state error float32 rounding? Both float32 runs against the graph in float64.
-        seqs = export.golden_sequences()
-        run = run_sequences(policy, seqs["obs"], seqs["episode_starts"])
-        golden["float64_reference"] = float64_reference(export_dir, seqs, (run["h"], run["c"]), export.state_size)
+    if not get_backend(backend).same_engine and precision == "fp32" and not golden.get("output_mismatch"):
+        # Is an error float32 rounding? Both float32 runs against the graph in float64.
+        if export.state_size and "sequences" in golden:
+            seqs = export.golden_sequences()
+            run = run_sequences(policy, seqs["obs"], seqs["episode_starts"])
+            golden["float64_reference"] = float64_reference(export_dir, seqs, (run["h"], run["c"]), export.state_size)
+        elif not export.state_size and not discrete:
+            pred = policy.act_at_batch(g_obs, export.golden_batch)
+            golden["float64_reference"] = float64_action_reference(export_dir, g_obs, g_act, pred)
 
     report = {"export_dir": os.path.abspath(export_dir), "backend": backend, "precision": precision,
               "atol": atol, "integrity": {"checked": sorted(hashes), "passed": True}, "golden": golden}

@@ -1,5 +1,6 @@
 """SAC and TD3 export: the tanh-scaled deterministic policy cell, bit-identical on MindSpore,
-within 1e-6 on ONNX Runtime and MindSpore Lite; an export without the action scaling is caught."""
+within 1e-6 on ONNX Runtime and MindSpore Lite (and the float64 reference's verdict); an export without
+the action scaling is caught."""
 import json
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 from helpers import export_without_head, train_run
 
 from msrl_consistent.cli import main
+from msrl_consistent.export.exact import describe, float64_action_reference
 from msrl_consistent.export.exporter import export_run
 from msrl_consistent.export.verify import verify_export
 
@@ -31,6 +33,13 @@ def test_offpolicy_export_verifies(offpolicy_run, lite_runtime, tmp_path):
     assert r["passed"] and r["golden"]["bit_identical"] and r["rollouts"]["identical_episodes"] == 2
     r2 = verify_export(out, backend="onnxruntime", episodes=1)
     assert r2["passed"] and r2["golden"]["max_abs_error"] <= 1e-6
+    # both float32 runs against the graph in float64: the training cell's squashed action within 1e-6
+    # of exact arithmetic (the pow tanh), the backend's error called rounding; a perturbed one not
+    ref = r2["golden"]["float64_reference"]
+    assert ref["rounding"] and ref["training_cell"]["max_abs_error"] < 1e-6, ref
+    with np.load(f"{out}/golden.npz") as g:
+        off = float64_action_reference(out, g["obs"], g["actions"], g["actions"] + np.float32(1e-4))
+    assert not off["rounding"] and "not float32 rounding alone" in describe(off)
     lite_out = str(tmp_path / "lite")  # MindSpore Lite (the real runtime) on the model its converter made
     m = export_run(run, lite_out, formats=["lite", "om"], preflight_only=True, golden=128)
     assert m.export.conversion["atc_preflight"]["passed"] and "actor.om" not in m.files

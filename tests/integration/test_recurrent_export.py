@@ -63,8 +63,9 @@ def test_verify_mindspore_bitwise_and_onnxruntime_within_atol(exported):
 def test_float64_reference_tells_rounding_from_a_fault(exported):
     """verify on ONNX Runtime measures both float32 runs against the exported graph made float64:
     the twin computes the same function (states within float32 rounding of the training cell's),
-    a backend within twice the training cell's distance from it is called rounding, a perturbed one not."""
-    from msrl_consistent.export.exact import describe, float64_reference, float64_states
+    a backend within twice the farther float32 evaluation's distance from it (the training cell's,
+    ONNX's float32 reference evaluator's) is called rounding, a perturbed one not."""
+    from msrl_consistent.export.exact import describe, float64_reference, reference_states
 
     _, out = exported
     ref = verify_export(out, backend="onnxruntime", episodes=0, write_report=False)["golden"]["float64_reference"]
@@ -75,7 +76,7 @@ def test_float64_reference_tells_rounding_from_a_fault(exported):
     assert "float64 reference" in describe(ref)
     assert "float64_reference" not in verify_export(out, backend="mindspore", episodes=0, write_report=False)["golden"]
     g = deploy.open_export(out).golden_sequences()
-    exact = float64_states(os.path.join(out, "actor.onnx"), g["obs"], g["episode_starts"], 16)
+    exact = reference_states(os.path.join(out, "actor.onnx"), g["obs"], g["episode_starts"], 16)
     assert exact[0].dtype == np.float64 and exact[0].shape == g["h"].shape
     assert float64_reference(out, g, (g["h"], g["c"]), 16)["rounding"]
     off = float64_reference(out, g, (g["h"] + np.float32(1e-4), g["c"]), 16)
