@@ -1,7 +1,7 @@
 """Every export kind on MindSpore Lite (CPU target, the real runtime), beside ONNX Runtime.
 
     msrl lite install && python benchmarks/lite_every_kind.py [--shipped] [--only TEXT ...] [--workdir DIR]
-                                                              [--out results.json]
+                                                              [--out results.json] [--runs RUN_DIR ...]
 
 Trains a short run of each kind (what is measured is the runtimes' arithmetic on the exported
 policy, not what it learned), exports it with `--format mindir,onnx,lite,om --preflight-only`
@@ -14,7 +14,10 @@ a 2-seed CartPole population, and the test envs of tests/spaces_envs.py (Dict ob
 MultiDiscrete and MultiBinary actions, uint8 frames stacked 2 with an action repeat); with
 ``--shipped`` also every other shipped config (Breakout, the gSDE and HalfCheetah recipes,
 InvertedPendulum, PendulumNoVel: `pip install -e ".[atari,mujoco]"`). The figures in
-docs/benchmarks.md come from this script.
+docs/benchmarks.md come from this script. ``--runs`` measures trained runs instead (e.g. the zoo's
+``--out`` directories): each run directory is one row. For a continuous action, each backend's row
+also gives verify's float64 reference: the training cell's, ONNX's float32 reference evaluator's and
+the backend's distance from the exported graph evaluated in float64.
 """
 import argparse
 import json
@@ -100,6 +103,8 @@ def measure(run, out, episodes=3):
         row[backend] = {"passed": r["passed"], "golden": g.get("count"),
                         **{k: g[k] for k in ("agreement", "max_abs_error", "max_h_error", "max_c_error") if k in g},
                         "identical_episodes": (r["rollouts"] or {}).get("identical_episodes")}
+        if "float64_reference" in g and "skipped" not in g["float64_reference"]:
+            row[backend]["float64_reference"] = g["float64_reference"]
     return row
 
 
@@ -110,14 +115,19 @@ def main():
     p.add_argument("--shipped", action="store_true", help="also every other shipped config (atari and mujoco extras)")
     p.add_argument("--only", nargs="+", default=None, metavar="TEXT",
                    help="only the kinds whose name contains one of these (e.g. sac td3)")
+    p.add_argument("--runs", nargs="+", default=None, metavar="RUN_DIR", help="measure these trained runs instead")
     args = p.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="msrl-lite-kinds-")
     rows = {}
-    for name, spec in {**KINDS, **(SHIPPED if args.shipped else {})}.items():
+    kinds = {**KINDS, **(SHIPPED if args.shipped else {})}
+    if args.runs:
+        kinds = {os.path.basename(os.path.normpath(r)): r for r in args.runs}
+    for name, spec in kinds.items():
         if args.only and not any(t in name for t in args.only):
             continue
+        run = spec if args.runs else train(name, spec, workdir)
         # Breakout: the golden set only; an untrained policy never presses FIRE, its episodes last 27,000 steps
-        rows[name] = measure(train(name, spec, workdir), os.path.join(workdir, "exports", str(len(rows))),
+        rows[name] = measure(run, os.path.join(workdir, "exports", str(len(rows))),
                              episodes=0 if "Breakout" in name else 3)
         print(json.dumps({name: rows[name]}), flush=True)
     if args.out:
@@ -128,6 +138,10 @@ def main():
     for name, r in rows.items():
         def cell(g):
             action = f"{g['agreement']:.4f} agree" if "agreement" in g else f"max error {g['max_abs_error']:.2g}"
+            ref = g.get("float64_reference")
+            if ref and "max_abs_error" in ref["backend"]:  # from float64: training cell / float32 reference / backend
+                action += (f" (from float64: {ref['training_cell']['max_abs_error']:.2g} / "
+                           f"{ref['float32_reference']['max_abs_error']:.2g} / {ref['backend']['max_abs_error']:.2g})")
             return action + (f"; h {g['max_h_error']:.2g}, c {g['max_c_error']:.2g}" if "max_h_error" in g else "")
         pre = "pass" + (f" ({', '.join(r['atc_float16_on_device'])} in float16)" if r["atc_float16_on_device"] else "")
         rollouts = "-" if r["lite"]["identical_episodes"] is None else f"{r['lite']['identical_episodes']}/3"

@@ -78,7 +78,8 @@ def reference_states(onnx_path: str, obs: np.ndarray, starts: np.ndarray, hidden
 
     def step(x, h, c, s):
         x = x.astype(dtype) if x.dtype.kind == "f" else x
-        _, h2, c2 = ref.run(None, {"obs": x, "h": h, "c": c, "episode_start": s})[:3]  # (a distribution export: more)
+        with np.errstate(over="ignore", invalid="ignore"):  # the reference Sigmoid computes both branches
+            _, h2, c2 = ref.run(None, {"obs": x, "h": h, "c": c, "episode_start": s})[:3]  # (a distribution export: more)
         return np.asarray(h2, dtype), np.asarray(c2, dtype)
 
     return carried_states(step, obs, starts, hidden, dtype)
@@ -136,7 +137,8 @@ def float64_action_reference(export_dir: str, obs: np.ndarray, train_actions: np
 
     def run(m, dtype):
         x = obs.astype(dtype) if obs.dtype.kind == "f" else obs
-        return np.asarray(ReferenceEvaluator(m).run(None, {name: x})[0], np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):  # the reference Sigmoid computes both branches
+            return np.asarray(ReferenceEvaluator(m).run(None, {name: x})[0], np.float64)
 
     exact = run(to_float64(model), np.float64)
 
