@@ -162,7 +162,7 @@ class TargetPolicySmoothing(nn.Cell):
     def __init__(self, sigma: float, noise_clip: float):
         super().__init__()
         self.sigma, self.noise_clip = float(sigma), float(noise_clip)
-        self.tanh = Tanh()
+        self.tanh = Tanh(pow=True)
 
     def construct(self, u, eps):
         noise = ops.clip_by_value(self.sigma * eps, -self.noise_clip, self.noise_clip)

@@ -86,7 +86,7 @@ class SACAct(nn.Cell):
 
     The normalized action a = tanh(u) in [-1, 1] is what the replay buffer stores; the env
     action is TanhScaleHead's mapping of the same u (computed from a: one tanh evaluation).
-    The losses use the same tanh (networks.mlp.Tanh: pow_tanh forward, 1 - y^2
+    The losses use the same tanh (networks.mlp.Tanh(pow=True): pow_tanh forward, 1 - y^2
     backward), so the critics are trained on the actions the exported policy produces."""
 
     def __init__(self, agent: SACAgent):
@@ -109,7 +109,7 @@ class ActorLoss(nn.Cell):
         super().__init__()
         self.agent = agent
         self.sampler = SquashedGaussian(agent)
-        self.tanh = Tanh()
+        self.tanh = Tanh(pow=True)
 
     def construct(self, x, noise, alpha):
         u, log_prob = self.sampler(x, noise)
@@ -143,7 +143,7 @@ class SACTrainStep(nn.Cell):
         self.agent = agent
         self.layout = layout
         self.sampler = SquashedGaussian(agent)
-        self.tanh = Tanh()
+        self.tanh = Tanh(pow=True)
         self.critic_opt, self.actor_opt, self.alpha_opt = critic_opt, actor_opt, alpha_opt
         self.critic_grad = ops.value_and_grad(TwinCriticLoss(agent, 0.5), None, critic_opt.parameters, has_aux=True)
         self.actor_grad = ops.value_and_grad(ActorLoss(agent), None, actor_opt.parameters, has_aux=True)

@@ -102,7 +102,7 @@ class ActorLoss(nn.Cell):
     def __init__(self, agent):
         super().__init__()
         self.agent = agent
-        self.tanh = Tanh()
+        self.tanh = Tanh(pow=True)
 
     def construct(self, x):
         loss = -rows_mean(self.agent.q1(x, self.tanh(self.agent.actor(x))))

@@ -1,6 +1,6 @@
 """The networks of every algorithm, one concern per module:
 
-* :mod:`.mlp`: host-initialized Dense layers, the MLP trunk, the correctly rounded (Pow form) tanh and sigmoid;
+* :mod:`.mlp`: host-initialized Dense layers, the MLP trunk, the accurate tanh activation;
 * :mod:`.image`: the in-cell image preprocessing and the convolutional trunks;
 * :mod:`.encoders`: observation encoders (one-hot, Dict, image) in front of a trunk;
 * :mod:`.heads`: action heads and :class:`~.heads.PolicyCell`, the export target;

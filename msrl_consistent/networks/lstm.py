@@ -50,7 +50,7 @@ class LSTM(nn.Cell):
         scale[2 * hidden:3 * hidden] = 2.0
         self.gate_scale = Tensor(scale)
         self.sigmoid = Sigmoid()
-        self.tanh_c = Tanh()
+        self.tanh_c = Tanh(pow=True)
 
     def input_gates(self, x):
         """``x @ W_ih^T + b`` for any number of rows: the part of a step that does not depend on
