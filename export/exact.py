@@ -6,13 +6,12 @@ state, so they can drift apart by more than a tolerance over a 500-step sequence
 a deployment fault, the exported ONNX graph is made float64 (every float tensor, value type, Cast
 target and constant) and run on the golden observations by ONNX's reference evaluator (NumPy; code
 neither runtime shares), a recurrent state fed back at every step. Both float32 runs are then
-measured against it: when the backend is as close to the float64 result as the training cell is
-(within twice its distance: two correct float32 evaluations differ in which of them rounds closer),
-their difference is float32 rounding, not a fault of the deployed graph or loop. "As close" is
-judged against the farther of two independent float32 evaluations, the training cell and the same
-reference evaluator on the float32 graph (NumPy's summation order, a third one): a large network's
-dot products alone can put a correct float32 runtime several times farther from float64 than the
-training cell happens to be. The reference replays the golden observations: a recurrent one
+measured against it: when the backend is within twice the distance from float64 of the farther of
+two independent float32 evaluations, the training cell and the same reference evaluator on the
+float32 graph (NumPy's summation order), their difference is float32 rounding, not a fault of the
+deployed graph or loop (correct float32 evaluations differ in which of them rounds closer, and a
+large network's dot products alone can put a correct runtime several times farther from float64
+than the training cell happens to be). The reference replays the golden observations: a recurrent one
 measures the state along the training cell's trajectory.
 """
 from __future__ import annotations
