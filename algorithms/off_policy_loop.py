@@ -17,7 +17,7 @@ import numpy as np
 from mindspore import Tensor, nn
 
 from msrl_consistent.fastcall import FastCall
-from msrl_consistent.pipeline import EnvGroups
+from msrl_consistent.pipeline import EnvGroups, EpisodeTally
 from msrl_consistent.run_context import RunContext
 
 from .cells import UpdateThenAct
@@ -141,8 +141,7 @@ class Rounds:
         bufs = [m.make_buffer(n) for m in members]
         for m in members:
             m.start_rounds()
-        ep_ret = np.zeros(k * n, np.float64)
-        ep_len = np.zeros(k * n, np.int64)
+        episodes = EpisodeTally(runs, n, envs.reports_games)
         pending: List[List[Dict[str, float]]] = [[] for _ in members]
         last_log = m0.num_timesteps
         warmup_end = c.learning_starts
@@ -167,7 +166,7 @@ class Rounds:
                     else:
                         acts = self.explore(obs, envs)  # each group's envs start stepping once it has acted
                     t1 = clock()
-                    next_obs, rew, term, trunc, real_next = (envs.join(list(p))
+                    next_obs, rew, term, trunc, real_next, games = (envs.join(list(p))
                                                              for p in zip(*[envs.recv(g) for g in range(envs.groups)]))
                     t2 = clock()
                     real = real_next.reshape(k, n, -1)
@@ -178,11 +177,7 @@ class Rounds:
                         if m.obs_rms is not None:  # every rank's observations, merged in rank order
                             m.obs_rms.update(m.dist.allgather(obs[i]))
                     collected += n  # this rank's steps: gradient_steps -1 runs as many updates
-                    ep_ret += rew
-                    ep_len += 1
-                    for j in np.nonzero(term | trunc)[0]:
-                        runs[j // n].episode_done(float(ep_ret[j]), int(ep_len[j]))
-                        ep_ret[j], ep_len[j] = 0.0, 0
+                    episodes.step(rew, term | trunc, games)
                     obs = next_obs.reshape(k, n, -1)
                     for run in runs:
                         run.phases["env"] += t2 - t1

@@ -16,7 +16,7 @@ from msrl_consistent.deploy import FrameStack
 from msrl_consistent.distributions import Distribution
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.normalization import RewardNormalizer
-from msrl_consistent.pipeline import EnvGroups
+from msrl_consistent.pipeline import EnvGroups, EpisodeTally
 from msrl_consistent.run_context import RunContext
 
 from .algorithm import Algorithm
@@ -162,8 +162,7 @@ class Rollouts:
         stacks = [FrameStack(spec.frame_stack, spec.frame_dim) for _ in gobs] if spec.frame_stack > 1 else None
         if stacks is not None:
             gobs = [s.reset(o) for s, o in zip(stacks, gobs)]
-        ep_ret = np.zeros(k * n, np.float64)
-        ep_len = np.zeros(k * n, np.int64)
+        episodes = EpisodeTally(runs, n, envs.reports_games)
         norms = [m._reward_normalizer(n) if cfg.env.normalize_reward else None for m in members]
         for rn in norms:
             if rn is not None:
@@ -196,7 +195,7 @@ class Rollouts:
             """Group g's step results; its rows (and frame stack, recurrent state) move to the next step."""
             nonlocal env_wait
             t0 = clock()
-            next_obs, rew, term, trunc, real_next = envs.recv(g)
+            next_obs, rew, term, trunc, real_next, games = envs.recv(g)
             if stacks is not None:
                 real_next = stacks[g].peek(real_next)  # an ended episode's true final stack
                 next_obs = stacks[g].push(next_obs, term | trunc)
@@ -204,7 +203,7 @@ class Rollouts:
             if carry is not None:
                 carry.stepped(term | trunc, envs.cols[g])
             gobs[g] = next_obs
-            return rew, term, trunc, real_next
+            return rew, term, trunc, real_next, games
 
         try:
             while m0.num_timesteps < cfg.total_timesteps:
@@ -224,7 +223,7 @@ class Rollouts:
                             acted[0] = act(0, t + 1, noise)
                     t0 = clock()
                     o, a, logp, v = (envs.join(list(p)) for p in zip(*now))
-                    rew, term, trunc, real_next = (envs.join(list(p)) for p in zip(*results))
+                    rew, term, trunc, real_next, games = (envs.join(list(p)) for p in zip(*results))
                     done = term | trunc
                     r_stored = rew
                     if norms[0] is not None:
@@ -239,11 +238,7 @@ class Rollouts:
                         buf.set_final_values(t, idx, final[idx])
                     for m in members:
                         m.num_timesteps += n * world
-                    ep_ret += rew
-                    ep_len += 1
-                    for i in np.nonzero(done)[0]:
-                        runs[i // n].episode_done(float(ep_ret[i]), int(ep_len[i]))
-                        ep_ret[i], ep_len[i] = 0.0, 0
+                    episodes.step(rew, done, games)
                     acting += clock() - t0
                     for run in runs:
                         run.phases["env"] += env_wait

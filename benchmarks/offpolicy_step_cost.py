@@ -74,7 +74,7 @@ def main():
             t["msrl train(N)"].append((time.perf_counter() - t0) / n)
             t0 = time.perf_counter()
             for _ in range(n):
-                nobs, r, te, tr, real = step_transitions(venv, act[0])
+                nobs, r, te, tr, real, _ = step_transitions(venv, act[0])
                 algo.buffer.add(obs, real, act[1], r, te, tr)
                 obs = nobs
                 _, act = algo.train(1, act_obs=obs)

@@ -5,7 +5,9 @@ The wrappers sit where SB3 puts them: NOOPs on the raw env, then the action repe
 (``env.max_and_skip``), then the life-loss end, then FIRE, then the reward clipping. What changes
 the data the agent learns from (a lost life as an episode end, the rewards' sign) applies to the
 training envs only: evaluation plays whole games and returns the game's score, as RL Zoo
-reports it, pressing FIRE after a lost life as a training env's reset does. What a deployed
+reports it, pressing FIRE after a lost life as a training env's reset does. The training loops
+log whole games too (:class:`GameMonitor`, where SB3's Monitor sits), so a run's
+``recent_mean_return`` is the games' raw scores, as SB3's ``ep_rew_mean``. What a deployed
 policy must do at the start of an episode and after a lost life (FIRE, then action 2) is recorded
 in the manifest (its ``env``) and done by the bundle (``Policy.begin_episode``).
 """
@@ -27,9 +29,9 @@ class AtariConfig:
     fire_reset: bool = False
     """At reset, FIRE then action 2 before the first observation (SB3's FireResetEnv); in the manifest, done by the bundle."""
     episodic_life: bool = False
-    """Training envs: a lost life ends the episode, the game goes on at the next reset (SB3's EpisodicLifeEnv)."""
+    """Training envs: a lost life ends the episode, the game goes on at the next reset (SB3's EpisodicLifeEnv); the run logs whole games (recent_mean_return)."""
     clip_reward: bool = False
-    """Training envs: each reward replaced by its sign (SB3's ClipRewardEnv); evaluation returns the game's score."""
+    """Training envs: each reward replaced by its sign (SB3's ClipRewardEnv); the run logs and evaluation return the game's score."""
 
     checks: ClassVar[Dict[str, Tuple[Callable[[Any], bool], str]]] = {"noop_max": (lambda v: v >= 0, "a number >= 0")}
 
@@ -117,6 +119,34 @@ class FireOnLifeLoss(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class GameMonitor(gym.Wrapper):
+    """Training envs whose episode is not the game (a lost life ends it, or the rewards are
+    clipped): the whole game's raw score and length (steps of the action repeat, the FIRE
+    presses of the resets included) in the info of the step that
+    ends the game, as ``game_return`` and ``game_length``, which envs.step_transitions hands to the
+    training loops. It sits on the action repeat, under the life-loss end, the FIRE reset and the
+    clipping, so it sees every agent step of the game with its unclipped reward (the no-op starts
+    below the repeat are not counted: they score nothing at a game's start)."""
+
+    def reset(self, **kwargs):
+        self.score, self.steps = 0.0, 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.score += float(reward)
+        self.steps += 1
+        if terminated or truncated:
+            info = dict(info, game_return=self.score, game_length=self.steps)
+        return obs, reward, terminated, truncated, info
+
+
+def reports_games(cfg: AtariConfig) -> bool:
+    """Whether the training envs of ``cfg`` end episodes that are not whole games or change their
+    rewards, so that their GameMonitor reports the games."""
+    return bool(cfg.episodic_life or cfg.clip_reward)
+
+
 class ClipReward(gym.RewardWrapper):
     def reward(self, reward):
         return float(np.sign(reward))
@@ -147,6 +177,8 @@ def wrap(env, cfg: AtariConfig, env_id: str, repeat: Callable[[Any], Any], train
     if cfg.noop_max:
         env = NoopReset(env, cfg.noop_max)
     env = repeat(env)
+    if training and reports_games(cfg):
+        env = GameMonitor(env)
     if training and cfg.episodic_life:
         env = EpisodicLife(env)
     elif cfg.fire_reset and getattr(env.unwrapped, "ale", None) is not None:

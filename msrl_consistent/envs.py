@@ -203,22 +203,32 @@ def seed_vec_env(venv, seed: Union[int, Sequence[int]]) -> np.ndarray:
 
 
 def step_transitions(venv, actions: np.ndarray):
-    """Step the vector env. Returns (obs_for_next_step, reward, terminated, truncated, real_next_obs).
+    """Step the vector env. Returns (obs_for_next_step, reward, terminated, truncated,
+    real_next_obs, games).
 
     ``real_next_obs`` equals ``obs_for_next_step`` except where a sub-env's episode ended:
     there it is the true final observation of the ended episode (from ``info['final_obs']``).
+    ``games`` (n, 2) float64: the raw score and length of a whole game that ended at this step
+    (atari.GameMonitor, a training env whose episodes are lives), NaN in rows where none did.
     """
     obs, reward, terminated, truncated, info = venv.step(actions)
-    obs = flat_obs(obs, venv.num_envs)
+    n = venv.num_envs
+    obs = flat_obs(obs, n)
     real_next = obs
+    games = np.full((n, 2), np.nan)
     if "_final_obs" in info:
         mask = info["_final_obs"]
         if np.any(mask):
             real_next = obs.copy()
             for i in np.nonzero(mask)[0]:
                 real_next[i] = flat_obs(info["final_obs"][i], 1)[0]
+            ended = info["final_info"]
+            if "game_return" in ended:
+                m = np.asarray(ended["_game_return"], bool)
+                games[m, 0] = np.asarray(ended["game_return"], np.float64)[m]
+                games[m, 1] = np.asarray(ended["game_length"], np.float64)[m]
     return (obs, np.asarray(reward, dtype=np.float32), np.asarray(terminated, dtype=bool),
-            np.asarray(truncated, dtype=bool), real_next)
+            np.asarray(truncated, dtype=bool), real_next, games)
 
 
 def env_spec(env_cfg: EnvConfig) -> SpaceSpec:

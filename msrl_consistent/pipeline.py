@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from .atari import reports_games
 from .config import EnvConfig
 from .envs import make_vec_env, seed_vec_env, step_transitions
 
@@ -45,6 +46,8 @@ class EnvGroups:
         self.ranges = group_ranges(n, env_cfg.pipeline)
         self.cols = [np.array([i * n + j for i in range(members) for j in r], np.int64) for r in self.ranges]
         self.overlap = len(self.ranges) > 1
+        self.reports_games = reports_games(env_cfg.atari)
+        """The training envs report whole games (atari.GameMonitor): their episodes are lives."""
         self._pool: Optional[ThreadPoolExecutor] = None
         self._pending: List[Optional[Future]] = [None] * len(self.ranges)
         self._actions: List[Optional[np.ndarray]] = [None] * len(self.ranges)
@@ -85,7 +88,8 @@ class EnvGroups:
             self._pending[g] = self._pool.submit(step_transitions, self.venvs[g], actions)
 
     def recv(self, g: int):
-        """Group g's step results: (obs, reward, terminated, truncated, real_next), its rows."""
+        """Group g's step results: (obs, reward, terminated, truncated, real_next, games), its rows
+        (envs.step_transitions)."""
         if self._pool is None:
             actions, self._actions[g] = self._actions[g], None
             return step_transitions(self.venvs[g], actions)
@@ -103,3 +107,29 @@ class EnvGroups:
             self._pool.shutdown(wait=True)
         for v in self.venvs:
             v.close()
+
+
+class EpisodeTally:
+    """Each column's running episode return and length, handed to its member's run
+    (RunContext.episode_done, the run's recent_mean_return) when the episode ends: the training
+    episode's, or with ``games`` (EnvGroups.reports_games) the whole game's raw score and length
+    where one ended, as SB3's Monitor under its AtariWrapper records them (a life is not an
+    episode there, and the score is not clipped)."""
+
+    def __init__(self, runs: Sequence, n: int, games: bool = False):
+        self.runs, self.n, self.games = runs, n, games
+        self.ret = np.zeros(len(runs) * n, np.float64)
+        self.len = np.zeros(len(runs) * n, np.int64)
+
+    def step(self, reward: np.ndarray, done: np.ndarray, games: np.ndarray) -> None:
+        """One vector step of every column: its rewards, episode ends and ended games
+        (step_transitions' ``games``)."""
+        self.ret += reward
+        self.len += 1
+        for i in np.nonzero(done)[0]:
+            if not self.games:
+                self.runs[i // self.n].episode_done(float(self.ret[i]), int(self.len[i]))
+            self.ret[i], self.len[i] = 0.0, 0
+        if self.games:
+            for i in np.nonzero(~np.isnan(games[:, 0]))[0]:
+                self.runs[i // self.n].episode_done(float(games[i, 0]), int(games[i, 1]))

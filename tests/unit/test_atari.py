@@ -91,8 +91,47 @@ def test_life_loss_ends_a_training_episode_but_not_an_evaluation():
 def test_the_training_vector_env_uses_the_training_wrappers():
     venv = make_vec_env(_cfg(episodic_life=True, fire_reset=True, clip_reward=True), 2)
     seed_vec_env(venv, 0)
-    _, r, terminated, _, _ = step_transitions(venv, np.array([2, 2]))
+    _, r, terminated, _, _, _ = step_transitions(venv, np.array([2, 2]))
     assert (r == 1.0).all() and not terminated.any()
+
+
+def test_the_training_envs_report_whole_games_with_their_raw_score():
+    """Lives end the training episodes and rewards are clipped, but the step that ends the game
+    reports its score (4 per step in play) and length, as SB3's Monitor under the AtariWrapper."""
+    venv = make_vec_env(_cfg(episodic_life=True, fire_reset=True, clip_reward=True), 2)
+    seed_vec_env(venv, 0)
+    lives_ended, clipped = 0, 0.0
+    for _ in range(40):
+        _, r, terminated, _, _, games = step_transitions(venv, np.array([2, 2]))
+        clipped += r[0]
+        if terminated[0] and np.isnan(games[0, 0]):
+            lives_ended += 1
+        if not np.isnan(games[0, 0]):
+            break
+    # game steps t = 1..12 (the resets' NOOP, FIRE and 2 included), each scoring 4 once the ball
+    # is in play (all but t = 5 and 9, the NOOPs that resume a game after a lost life); a life
+    # lost at t = 4, 8, 12; the agent's own steps are t = 3, 4, 8, 12 (clipped: 1 each)
+    assert lives_ended == 2 and clipped == 4.0
+    assert games[0].tolist() == [40.0, 12.0] and games[1].tolist() == games[0].tolist()
+
+
+def test_the_tally_logs_games_where_the_envs_report_them_and_episodes_elsewhere():
+    from msrl_consistent.pipeline import EpisodeTally
+
+    class Run:
+        def __init__(self):
+            self.logged = []
+
+        def episode_done(self, ret, length):
+            self.logged.append((ret, length))
+
+    nan = np.nan
+    for games_mode, expect in ((False, [[(2.0, 2)], [(1.0, 1)]]), (True, [[(24.0, 12)], []])):
+        runs = [Run(), Run()]  # two members of one env each
+        tally = EpisodeTally(runs, 1, games_mode)
+        tally.step(np.array([1.0, 1.0]), np.array([False, True]), np.full((2, 2), nan))
+        tally.step(np.array([1.0, 0.0]), np.array([True, False]), np.array([[24.0, 12.0], [nan, nan]]))
+        assert [r.logged for r in runs] == expect
 
 
 @pytest.mark.parametrize("key,words", [("fire_reset", "action 1 is not FIRE"), ("noop_max", "action 0 is not NOOP"),

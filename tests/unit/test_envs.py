@@ -55,7 +55,8 @@ def test_transitions_never_span_episodes(env_id, term_expected):
     venv = make_vec_env(EnvConfig(id=env_id, n_envs=2))
     obs = seed_vec_env(venv, 0)
     for _ in range(7):
-        nxt, r, term, trunc, real_next = step_transitions(venv, np.zeros(2, np.int64))
+        nxt, r, term, trunc, real_next, games = step_transitions(venv, np.zeros(2, np.int64))
+        assert np.isnan(games).all()  # no game monitor: its episodes are the games
         for i in range(2):
             # a transition's next observation belongs to the same episode as its observation
             assert real_next[i][0] == obs[i][0]
