@@ -4,13 +4,16 @@ episode returns seen during training (from msrl's metrics.jsonl and SB3's Monito
 
     pip install -e ".[atari,bench]" "opencv-python-headless<4.11"   # SB3's AtariWrapper needs OpenCV; <4.11 keeps numpy 1.x
     python benchmarks/atari_vs_sb3.py --total-timesteps 4096 [--pipelines sequential overlap] [--json FILE] [--plot FILE.png]
+    python benchmarks/atari_vs_sb3.py --total-timesteps 1000000 --sb3-threads 0 --json FILE --plot FILE.png   # learning curve
 
 Both sides consume 4 ALE frames per agent step: msrl runs ALE/Breakout-v5 (the ALE skips 4
 frames) with the raw 210x160x3 frame as the policy input (grayscale, 84x84 area resize and
 /255 in the cell, 4 frames stacked by deploy.FrameStack); SB3 runs ALE/Breakout-v5 with
 frameskip=1 under its AtariWrapper (max-pooled skip of 4, 84x84 gray by OpenCV, no-op starts,
 FIRE reset, life-loss episode ends, clipped rewards) and VecFrameStack(4), as RL-Zoo does.
-Each side is its own process, timed from outside (start-up, imports, compilation included).
+Each side is its own process, timed from outside (start-up, imports, compilation included), one
+after the other, msrl's first (a run from a checkout takes the checkout's code as it starts).
+Both curves are the mean return of the last <= 100 whole games with their unclipped score.
     python benchmarks/atari_vs_sb3.py --worker sb3 --threads 1 --total-timesteps N --out FILE
 """
 import argparse
@@ -48,7 +51,7 @@ def sb3_worker(args):
     class Curve(BaseCallback):
         """(timesteps, mean return of the last <= 100 episodes) at each rollout end: SB3's
         rollout/ep_rew_mean, msrl's recent_mean_return (the Monitor sits under the AtariWrapper,
-        so an episode is a whole game with its raw score, as msrl's ALE/Breakout-v5 episodes)."""
+        so an episode is a whole game with its raw score, as msrl's GameMonitor reports them)."""
         points = []
 
         def _on_step(self):
@@ -92,6 +95,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--sides", nargs="+", default=["sb3", "msrl"], choices=["sb3", "msrl"],
                     help="which sides to run")
+    ap.add_argument("--sb3-threads", nargs="+", type=int, default=[1, 0],
+                    help="SB3's torch thread settings (0: torch's default, 2 on a 2-core machine)")
     ap.add_argument("--pipelines", nargs="+", default=["sequential"], choices=["sequential", "overlap"],
                     help="msrl's env.pipeline settings (one msrl run each)")
     a = ap.parse_args()
@@ -100,15 +105,6 @@ def main():
     work = tempfile.mkdtemp(prefix="msrl-atari-")
     env = dict(os.environ, GLOG_v="3")
     rows = []
-    for threads in ((1, 0) if "sb3" in a.sides else ()):
-        out = os.path.join(work, f"sb3-{threads}.json")
-        wall, rss = run([sys.executable, __file__, "--worker", "sb3", "--threads", str(threads), "--total-timesteps",
-                         str(a.total_timesteps), "--out", out], env)
-        with open(out) as f:
-            r = json.load(f)
-        rows.append({"side": f"sb3 CnnPolicy, torch threads {r['threads']}", "steps": r["steps"], "wall_s": wall,
-                     "learn_s": r["learn_s"], "steps_per_s_wall": r["steps"] / wall, "peak_rss_gib": rss,
-                     "curve": r["curve"], "episode_returns": r["episode_returns_last_100"]})
     for pipeline in (a.pipelines if "msrl" in a.sides else ()):
         run_dir = os.path.join(work, f"msrl-{pipeline}")
         # this interpreter's msrl (the one with the atari extra), not whichever `msrl` is on PATH
@@ -117,6 +113,15 @@ def main():
                "--set", "eval.freq=0", "--set", "eval.episodes=1", "--set", f"env.pipeline={pipeline}"]
         wall, rss = run(cmd, env)
         rows.append(msrl_row(run_dir, wall, rss, pipeline))
+    for threads in (a.sb3_threads if "sb3" in a.sides else ()):
+        out = os.path.join(work, f"sb3-{threads}.json")
+        wall, rss = run([sys.executable, __file__, "--worker", "sb3", "--threads", str(threads), "--total-timesteps",
+                         str(a.total_timesteps), "--out", out], env)
+        with open(out) as f:
+            r = json.load(f)
+        rows.append({"side": f"sb3 CnnPolicy, torch threads {r['threads']}", "steps": r["steps"], "wall_s": wall,
+                     "learn_s": r["learn_s"], "steps_per_s_wall": r["steps"] / wall, "peak_rss_gib": rss,
+                     "curve": r["curve"], "episode_returns": r["episode_returns_last_100"]})
     report(rows, a)
 
 
