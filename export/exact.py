@@ -17,7 +17,7 @@ measures the state along the training cell's trajectory.
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -62,15 +62,15 @@ def carried_states(step, obs: np.ndarray, starts: np.ndarray, hidden: int, dtype
     return np.stack(hs), np.stack(cs)
 
 
-def reference_states(onnx_path: str, obs: np.ndarray, starts: np.ndarray, hidden: int,
+def reference_states(onnx_model: Any, obs: np.ndarray, starts: np.ndarray, hidden: int,
                      dtype=np.float64) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-    """``onnx_path`` run by ONNX's reference evaluator over the sequences (h, c per step), in float64
-    (the float64 twin) or float32 (the graph as exported), or None when the graph does not have the
-    single-observation recurrent inputs (obs, h, c, episode_start)."""
+    """``onnx_model`` (a path, or the loaded ModelProto) run by ONNX's reference evaluator over the
+    sequences (h, c per step), in float64 (the float64 twin) or float32 (the graph as exported), or
+    None when the graph does not have the single-observation recurrent inputs (obs, h, c, episode_start)."""
     import onnx
     from onnx.reference import ReferenceEvaluator
 
-    model = onnx.load(onnx_path)
+    model = onnx.load(onnx_model) if isinstance(onnx_model, str) else onnx_model
     if tuple(i.name for i in model.graph.input) != INPUTS:
         return None
     ref = ReferenceEvaluator(to_float64(model) if dtype == np.float64 else model)
@@ -111,10 +111,13 @@ def float64_reference(export_dir: str, golden: Dict[str, np.ndarray], backend_st
     onnx_path = _onnx_path(export_dir)
     if onnx_path is None:
         return NO_ONNX
-    exact = reference_states(onnx_path, golden["obs"], golden["episode_starts"], hidden)
+    import onnx
+
+    model = onnx.load(onnx_path)  # once for both evaluations
+    exact = reference_states(model, golden["obs"], golden["episode_starts"], hidden)
     if exact is None:
         return {"skipped": f"the ONNX graph's inputs are not {', '.join(INPUTS)}"}
-    ref32 = reference_states(onnx_path, golden["obs"], golden["episode_starts"], hidden, np.float32)
+    ref32 = reference_states(model, golden["obs"], golden["episode_starts"], hidden, np.float32)
     return _verdict(_errors(golden["h"], golden["c"], exact), _errors(*ref32, exact),
                     _errors(backend_states[0], backend_states[1], exact))
 

@@ -28,7 +28,6 @@ from msrl_consistent.deploy import compare_actions, default_atol, golden_check
 from msrl_consistent.deploy.backends import REFERENCE
 from msrl_consistent.deploy.backends import get as get_backend
 from msrl_consistent.deploy.check import distribution_criterion, distribution_summary
-from msrl_consistent.deploy.sequences import run_sequences
 from msrl_consistent.directories import EXPORT, expect
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.export.exact import describe, float64_action_reference, float64_reference
@@ -99,7 +98,7 @@ def verify_export(export_dir: str, backend: str = REFERENCE, episodes: int = 20,
     export = policy.export
     hashes = export.files
     g_obs, g_act = export.golden()
-    golden = golden_check(policy, export, atol)
+    golden, outputs = golden_check(policy, export, atol)
     if policy.fixed_batch is None and not golden.get("output_mismatch") and not export.state_size:
         # Batch sensitivity: the whole set in one call against the recorded batch-1 actions.
         whole = policy.run_batched(policy.validate(g_obs))
@@ -110,12 +109,10 @@ def verify_export(export_dir: str, backend: str = REFERENCE, episodes: int = 20,
     if not get_backend(backend).same_engine and precision == "fp32" and not golden.get("output_mismatch"):
         # Is an error float32 rounding? Both float32 runs against the graph in float64.
         if export.state_size and "sequences" in golden:
-            seqs = export.golden_sequences()
-            run = run_sequences(policy, seqs["obs"], seqs["episode_starts"])
-            golden["float64_reference"] = float64_reference(export_dir, seqs, (run["h"], run["c"]), export.state_size)
+            golden["float64_reference"] = float64_reference(export_dir, export.golden_sequences(),
+                                                            (outputs["h"], outputs["c"]), export.state_size)
         elif not export.state_size and not discrete:
-            pred = policy.act_at_batch(g_obs, export.golden_batch)
-            golden["float64_reference"] = float64_action_reference(export_dir, g_obs, g_act, pred)
+            golden["float64_reference"] = float64_action_reference(export_dir, g_obs, g_act, outputs["actions"])
 
     report = {"export_dir": os.path.abspath(export_dir), "backend": backend, "precision": precision,
               "atol": atol, "integrity": {"checked": sorted(hashes), "passed": True}, "golden": golden}

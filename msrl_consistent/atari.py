@@ -29,7 +29,7 @@ class AtariConfig:
     fire_reset: bool = False
     """At reset, FIRE then action 2 before the first observation (SB3's FireResetEnv); in the manifest, done by the bundle."""
     episodic_life: bool = False
-    """Training envs: a lost life ends the episode, the game goes on at the next reset (SB3's EpisodicLifeEnv); the run logs whole games (recent_mean_return)."""
+    """Training envs: a lost life ends the episode, the game goes on at the next reset (SB3's EpisodicLifeEnv); logged as games."""
     clip_reward: bool = False
     """Training envs: each reward replaced by its sign (SB3's ClipRewardEnv); the run logs and evaluation return the game's score."""
 

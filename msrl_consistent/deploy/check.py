@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -26,18 +26,20 @@ def _failed(policy: Policy, what: str, exc: Exception) -> ExportError:
     return ExportError(f"{name}: backend {policy.backend} failed on {what} ({_one_line(exc)})")
 
 
-def golden_check(policy: Policy, export: Export, atol: float) -> dict:
+def golden_check(policy: Policy, export: Export, atol: float) -> Tuple[dict, Dict[str, np.ndarray]]:
     """The golden set at the exported batch shape against the training cell's recorded actions
-    (a recurrent export: its golden sequences through the deployed loop, step by step)."""
+    (a recurrent export: its golden sequences through the deployed loop, step by step): the
+    figures, and the backend's outputs (``actions``; a recurrent export's states per step too),
+    so a caller that looks further at them does not run the backend again."""
     if export.state_size:
         try:
-            res = sequence_check(policy, export, atol)
+            res, run = sequence_check(policy, export, atol)
         except ExportError:
             raise
         except Exception as exc:
             raise _failed(policy, "the golden sequences", exc) from None
         res["batch"] = export.golden_batch
-        return res
+        return res, run
     obs, ref = export.golden()
     try:
         pred = np.asarray(policy.act_at_batch(obs, export.golden_batch))
@@ -57,7 +59,7 @@ def golden_check(policy: Policy, export: Export, atol: float) -> dict:
     res["batch"] = export.golden_batch
     if export.distribution is not None and pred is not None:
         res["distribution"] = distribution_check(policy, export, obs)
-    return res
+    return res, ({} if pred is None else {"actions": pred})
 
 
 def distribution_check(policy: Policy, export: Export, obs: np.ndarray) -> dict:
@@ -114,7 +116,7 @@ def check(directory: str, backend: Optional[str] = None, atol: Optional[float] =
                   check_hashes=False)
     b = policy.backend
     atol = default_atol(b, export.precision) if atol is None else float(atol)
-    golden = golden_check(policy, export, atol)
+    golden, _ = golden_check(policy, export, atol)
     if export.state_size and export.precision != "fp16":
         what = "identical" if export.spec.discrete else ("bit-identical" if atol == 0 else f"within atol {atol:g}")
         criterion = {"name": f"golden sequences step by step: actions {what}, states "

@@ -20,7 +20,7 @@ When they differ, it says why, with two kinds of evidence that do not need the t
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -135,8 +135,9 @@ def state_errors(h, c, ref_h, ref_c) -> Dict[str, Any]:
     return out
 
 
-def sequence_check(policy: Any, export: Any, atol: float) -> dict:
-    """The golden sequences through ``policy``'s deployed loop, step by step (see the module)."""
+def sequence_check(policy: Any, export: Any, atol: float) -> Tuple[dict, Dict[str, np.ndarray]]:
+    """The golden sequences through ``policy``'s deployed loop, step by step (see the module):
+    (the figures, the loop's outputs: ``run_sequences``' actions and states per step)."""
     g = export.golden_sequences()
     steps, lanes = g["episode_starts"].shape
     run = run_sequences(policy, g["obs"], g["episode_starts"])
@@ -146,7 +147,7 @@ def sequence_check(policy: Any, export: Any, atol: float) -> dict:
     if act.get("shape_mismatch"):
         res.update(passed=False, first_mismatch=0, output_mismatch=(
             f"artifact returns actions of shape {act['pred_shape']}, the training cell {act['ref_shape']}"))
-        return res
+        return res, run
     res.update({k: v for k, v in act.items() if k not in ("count", "passed", "first_mismatch")})
     res.update(state_errors(run["h"], run["c"], g["h"], g["c"]))
     if export.distribution is not None:  # KL at every step, the state carried by the deployed loop
@@ -168,4 +169,4 @@ def sequence_check(policy: Any, export: Any, atol: float) -> dict:
         mid = g["obs"][steps // 2]
         res["faults"] = loop_faults(run, g["episode_starts"]) + graph_faults(
             policy.run_step_batched, policy.validate(mid), export.state_size, atol)
-    return res
+    return res, run
