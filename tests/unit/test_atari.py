@@ -134,6 +134,25 @@ def test_the_tally_logs_games_where_the_envs_report_them_and_episodes_elsewhere(
         assert [r.logged for r in runs] == expect
 
 
+def test_a_training_run_logs_games_not_lives(tmp_path):
+    """PPO on the lives game with every training wrapper: each logged return is a whole game's
+    unclipped score (at least 24: the resets' FIRE and 2 score 4 each, 3 lives), where a life's
+    clipped return is at most 4."""
+    import json
+    import os
+
+    from msrl_consistent.cli import main
+    run = str(tmp_path / "run")
+    sets = ["env.id=MsrlTestLives-v0", "env.n_envs=2", "env.max_episode_steps=200", "algo.n_steps=64",
+            "algo.batch_size=64", "algo.n_epochs=1", "eval.freq=0", "eval.episodes=1"] + \
+        [f"env.atari.{k}=true" for k in ("fire_reset", "episodic_life", "clip_reward")]
+    args = ["train", "ppo/CartPole-v1", "--run-dir", run, "--total-timesteps", "256", "--quiet"]
+    assert main(args + [a for kv in sets for a in ("--set", kv)]) == 0
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        logged = [m["recent_mean_return"] for m in map(json.loads, f) if "recent_mean_return" in m]
+    assert logged and min(logged) >= 24.0
+
+
 @pytest.mark.parametrize("key,words", [("fire_reset", "action 1 is not FIRE"), ("noop_max", "action 0 is not NOOP"),
                                        ("episodic_life", "reports no lives")])
 def test_an_env_without_the_interface_is_refused(key, words):
