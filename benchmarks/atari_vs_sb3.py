@@ -5,6 +5,7 @@ episode returns seen during training (from msrl's metrics.jsonl and SB3's Monito
     pip install -e ".[atari,bench]" "opencv-python-headless<4.11"   # SB3's AtariWrapper needs OpenCV; <4.11 keeps numpy 1.x
     python benchmarks/atari_vs_sb3.py --total-timesteps 4096 [--pipelines sequential overlap] [--json FILE] [--plot FILE.png]
     python benchmarks/atari_vs_sb3.py --total-timesteps 1000000 --sb3-threads 0 --json FILE --plot FILE.png   # learning curve
+    python benchmarks/atari_vs_sb3.py --sides --load A.json B.json --plot FILE.png   # report and plot earlier runs' rows
 
 Both sides consume 4 ALE frames per agent step: msrl runs ALE/Breakout-v5 (the ALE skips 4
 frames) with the raw 210x160x3 frame as the policy input (grayscale, 84x84 area resize and
@@ -93,8 +94,10 @@ def main():
     ap.add_argument("--worker", choices=["sb3"])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out")
-    ap.add_argument("--sides", nargs="+", default=["sb3", "msrl"], choices=["sb3", "msrl"],
-                    help="which sides to run")
+    ap.add_argument("--sides", nargs="*", default=["sb3", "msrl"], choices=["sb3", "msrl"],
+                    help="which sides to run (none: only --load's rows)")
+    ap.add_argument("--load", nargs="+", default=[], metavar="JSON",
+                    help="rows of earlier runs (their --json files), reported and plotted before this run's")
     ap.add_argument("--sb3-threads", nargs="+", type=int, default=[1, 0],
                     help="SB3's torch thread settings (0: torch's default, 2 on a 2-core machine)")
     ap.add_argument("--pipelines", nargs="+", default=["sequential"], choices=["sequential", "overlap"],
@@ -105,6 +108,9 @@ def main():
     work = tempfile.mkdtemp(prefix="msrl-atari-")
     env = dict(os.environ, GLOG_v="3")
     rows = []
+    for path in a.load:
+        with open(path) as f:
+            rows += json.load(f)
     for pipeline in (a.pipelines if "msrl" in a.sides else ()):
         run_dir = os.path.join(work, f"msrl-{pipeline}")
         # this interpreter's msrl (the one with the atari extra), not whichever `msrl` is on PATH
