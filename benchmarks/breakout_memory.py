@@ -7,6 +7,7 @@ MindSpore call holds the GIL, VmHWM is the kernel's exact high-water mark).
 
     pip install -e ".[atari]" "opencv-python-headless<4.11"
     GLOG_v=3 python benchmarks/breakout_memory.py --total-timesteps 3072 [--json OUT] [--set KEY=VALUE ...]
+        [--ms-memory optimize_level=O1 --ms-memory max_size=1GB]   # mindspore.runtime.set_memory's options
 
 The final evaluation is skipped unless --final-eval (Breakout-v5 without a FIRE reset can wait out
 the ALE's 108,000-frame episode limit); the final checkpoint is written as usual.
@@ -85,6 +86,8 @@ def main():
                     help="diagnostic: Cell.compile the update-phase graph before its first call (compile vs run)")
     ap.add_argument("--value-via-rollout", action="store_true",
                     help="diagnostic: values_of reads the acting graph's value output (no float32-input value graph)")
+    ap.add_argument("--ms-memory", action="append", default=[], metavar="KEY=VALUE",
+                    help="diagnostic: mindspore.runtime.set_memory(KEY=VALUE, ...) before anything is built")
     a = ap.parse_args()
 
     SAMPLER.start()
@@ -93,9 +96,11 @@ def main():
     mark("import numpy")
     import mindspore as ms
     mark("import mindspore", f"MindSpore {ms.__version__}")
+    set_memory(ms, a.ms_memory)
     import msrl_consistent
     import msrl_consistent.algorithms.on_policy as on_policy
     import msrl_consistent.algorithms.ppo as ppo_mod
+    import msrl_consistent.pipeline as pipeline
     import msrl_consistent.run_context as run_mod
     from msrl_consistent import fastcall, registry
     from msrl_consistent.training import resolve
@@ -111,21 +116,21 @@ def main():
             "n_epochs": cfg.algo.n_epochs}
 
     # -- hooks ------------------------------------------------------------------------------
-    orig_make = on_policy.make_vec_env
+    orig_make = pipeline.make_vec_env  # the training envs (pipeline.EnvGroups)
 
     def make_vec_env(*args, **kw):
         venv = orig_make(*args, **kw)
         mark(f"vector env created ({venv.num_envs} ALE envs)", type(venv).__name__)
         return venv
-    on_policy.make_vec_env = make_vec_env
+    pipeline.make_vec_env = make_vec_env
 
-    orig_seed = on_policy.seed_vec_env
+    orig_seed = pipeline.seed_vec_env
 
     def seed_vec_env(venv, seed):
         obs = orig_seed(venv, seed)
         mark("vector env reset", f"first obs {obs.shape} {obs.dtype}")
         return obs
-    on_policy.seed_vec_env = seed_vec_env
+    pipeline.seed_vec_env = seed_vec_env
 
     calls = {}
     orig_call = fastcall.FastCall.__call__
@@ -178,7 +183,8 @@ def main():
 
     if a.value_via_rollout:
         values_via_rollout(on_policy)
-    info["diagnostics"] = {"compile_first": a.compile_first, "value_via_rollout": a.value_via_rollout}
+    info["diagnostics"] = {"compile_first": a.compile_first, "value_via_rollout": a.value_via_rollout,
+                           "ms_memory": a.ms_memory}
 
     orig_eval = run_mod.RunContext.evaluate
 
@@ -214,6 +220,13 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"stages": STAGES, "info": info}, f, indent=2)
+
+
+def set_memory(ms, options):
+    """mindspore.runtime.set_memory with the KEY=VALUE options given (none: MindSpore's defaults)."""
+    if options:
+        ms.runtime.set_memory(**dict(kv.split("=", 1) for kv in options))
+        mark("mindspore.runtime.set_memory", ", ".join(options))
 
 
 def values_via_rollout(on_policy):
