@@ -68,6 +68,10 @@ class OnPolicyAlgorithm(Algorithm):
     """> 0: the rollout cell's fifth output has this width and the buffer stores it instead of the
     observations (PPO's preprocessed image frames)."""
 
+    frame_wise: bool = False
+    """The rollout cell takes (newest raw frame, the k - 1 earlier frames preprocessed, noise): each
+    stacked image frame is preprocessed once (PPO's FrameWiseRollout; :class:`FrameCarry`)."""
+
     state_dim: int = 0
     """> 0: the policy is recurrent; the rollout cell takes (obs, state, episode_start, noise) and its
     fifth output is the next state of this width (:class:`Carry`, buffers.SequenceBuffer)."""
@@ -150,6 +154,7 @@ class Rollouts:
         stored = m0.rollout_features
         obs_dtype = np.dtype(np.float32 if stored else spec.input_dtype)
         carry = Carry(n, m0.state_dim) if m0.state_dim else None
+        frames = FrameCarry(n, stored, spec) if m0.frame_wise else None
         if carry is None:
             buf = RolloutBuffer(m0.n_steps, k * n, stored or spec.obs_dim, act_shape, spec.discrete, obs_dtype)
         else:
@@ -182,11 +187,14 @@ class Rollouts:
             if self.stacked:
                 inputs = (Tensor(o.reshape(k, len(c) // k, -1)), Tensor(z.reshape((k, len(c) // k) + z.shape[1:])))
             else:
-                inputs = (Tensor(o), Tensor(z)) if carry is None else carry.inputs(o, z, c)
+                inputs = carry.inputs(o, z, c) if carry is not None else \
+                    frames.inputs(o, z, c) if frames is not None else (Tensor(o), Tensor(z))
             env_a, a, logp, v, rows = unpack_rollout(owner._rollout_fn(*inputs).asnumpy(), act_shape, spec.discrete)
             if carry is not None:  # the fifth output is the next state, not rows to store
                 carry.acted(buf, t, rows, c)
                 rows = None
+            elif frames is not None:
+                frames.acted(rows, c)
             envs.send(g, env_a)
             acting += clock() - t0
             return (o if rows is None else rows, a, logp, v)
@@ -200,8 +208,9 @@ class Rollouts:
                 real_next = stacks[g].peek(real_next)  # an ended episode's true final stack
                 next_obs = stacks[g].push(next_obs, term | trunc)
             env_wait += clock() - t0  # the env phase, as before the groups: the step and the frame stack
-            if carry is not None:
-                carry.stepped(term | trunc, envs.cols[g])
+            for held in (carry, frames):
+                if held is not None:
+                    held.stepped(term | trunc, envs.cols[g])
             gobs[g] = next_obs
             return rew, term, trunc, real_next, games
 
@@ -303,3 +312,25 @@ class Carry:
     def values(self, value_fn, obs: np.ndarray) -> np.ndarray:
         """V of the current observations (the rollout's bootstrap), the reset rule applied."""
         return value_fn(Tensor(obs), Tensor(self.state), Tensor(self.starts)).asnumpy()
+
+
+class FrameCarry:
+    """The host side of a frame-wise rollout (``frame_wise``): per env the k - 1 most recent
+    frames as the rollout cell preprocessed them (oldest first, flattened), which it takes with
+    the newest raw frame. It follows the loop's deploy.FrameStack: zeros at the start and where an
+    episode ended (the stack's zero frames preprocess to zeros), then the last k - 1 frames of
+    each step's stored rows. ``cols``: the env columns of the group that acts or stepped."""
+
+    def __init__(self, n_envs: int, stored_width: int, spec):
+        self.raw = spec.frame_dim  # one raw frame of the stacked observation row, its last
+        self.keep = stored_width - stored_width // spec.frame_stack  # k - 1 preprocessed frames
+        self.previous = np.zeros((n_envs, self.keep), np.float32)
+
+    def inputs(self, obs: np.ndarray, noise: np.ndarray, cols: np.ndarray) -> tuple:
+        return Tensor(np.ascontiguousarray(obs[:, -self.raw:])), Tensor(self.previous[cols]), Tensor(noise)
+
+    def acted(self, rows: np.ndarray, cols: np.ndarray) -> None:
+        self.previous[cols] = rows[:, -self.keep:]
+
+    def stepped(self, done: np.ndarray, cols: np.ndarray) -> None:
+        self.previous[cols[done]] = 0.0

@@ -235,6 +235,9 @@ def values_via_rollout(on_policy):
     from mindspore import Tensor
 
     def values_of(self, obs):
+        if self.frame_wise:  # its acting graph takes (new frame, earlier preprocessed frames, noise)
+            raise SystemExit("breakout_memory.py: --value-via-rollout needs the whole-stack acting graph; "
+                             "this run's is frame-wise (each stacked frame preprocessed once)")
         obs = np.asarray(obs, self.spec.input_dtype)
         noise = self.distribution.noise(np.random.default_rng(0), obs.shape[0])  # the run's Generator untouched
         packed = self._rollout_fn(Tensor(obs), Tensor(noise)).asnumpy()

@@ -16,14 +16,16 @@ from typing import ClassVar, Dict, Literal, Optional
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 
 from msrl_consistent.config import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Check, ConfigError
 from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.distributions import Categorical
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks.actor_critic import ActorCriticAgent
+from msrl_consistent.networks.image import frame_wise_exact
 from msrl_consistent.optim import Adam
+from msrl_consistent.pipeline import group_ranges
 
 from ..algorithm import register, schedule_value
 from ..on_policy import OnPolicyAlgorithm
@@ -142,6 +144,28 @@ class PreEncodedRollout(nn.Cell):
         return env_a, a, logp, v, pre.reshape((obs.shape[0], -1))
 
 
+class FrameWiseRollout(nn.Cell):
+    """The rollout cell of a policy on stacked image frames: ``(frame, previous, noise)``, the
+    newest raw frame of each row and the k - 1 earlier frames as this cell preprocessed them at
+    the steps before (oldest first, flattened; zeros where the episode has not shown them, as the
+    frame stack's zeros preprocess to). Only the new frame is preprocessed (the encoder's
+    ``preprocess_frame``, bit for bit its slice of the whole stack's ``preprocess``), so each
+    frame is preprocessed once, not k times; then PreEncodedRollout's outputs, the fifth the
+    stacked preprocessed rows (the buffer stores them; the loop keeps their last k - 1 frames
+    for the next step, on_policy.FrameCarry)."""
+
+    def __init__(self, agent):
+        super().__init__()
+        self.agent = agent
+        self.inner = PPORollout(agent)
+
+    def construct(self, frame, previous, noise):
+        new = self.agent.rows.preprocess_frame(frame).reshape((frame.shape[0], -1))
+        pre = ops.concat((previous, new), 1)
+        env_a, a, logp, v = self.inner(pre, noise)
+        return env_a, a, logp, v, pre
+
+
 class ValueCell(nn.Cell):
     def __init__(self, agent):
         super().__init__()
@@ -228,6 +252,14 @@ class PPO(OnPolicyAlgorithm):
         self.fused = self.dist.world == 1
         self.phase_cell = PPOUpdatePhase(self.step_cell, c.n_epochs, rows, self.minibatch_rows) if self.fused else None
         self._phase_fn = FastCall(self.phase_cell) if self.fused else None
+
+    def learn_loop(self, run) -> None:
+        # stacked image frames: each frame preprocessed once, at the step it arrives, where that
+        # gives the bits of the whole stack's preprocessing at the rollout's batch sizes
+        if self.rollout_features and self.spec.frame_stack > 1 and frame_wise_exact(
+                self.agent.rows.encoder, [len(r) for r in group_ranges(self.cfg.env.n_envs, self.cfg.env.pipeline)]):
+            self.frame_wise, self.rollout_cell = True, FrameWiseRollout(self.agent)
+        super().learn_loop(run)
 
     def make_loss(self, agent, coefs: Optional[dict] = None) -> nn.Cell:
         """PPOLoss of ``agent``: this run's, or a population's MembersAgent with its members'

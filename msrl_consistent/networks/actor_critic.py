@@ -72,6 +72,9 @@ class PreprocessedRows(Part):
     def preprocess(self, obs):
         return self.encoder.preprocess(obs)
 
+    def preprocess_frame(self, frame):
+        return self.encoder.preprocess_frame(frame)
+
     def construct(self, rows):
         return self.encoder.trunk(rows)
 

@@ -217,18 +217,26 @@ class ImageEncoder(nn.Cell):
         self.resize = resize is not None
         oh, ow = (int(resize[0]), int(resize[1])) if self.resize else (h, w)
         if self.channels_last:  # rows of W*C contiguous values; the row resize gathers whole rows
-            self.in_shape, self.row_axis, self.hwc = (-1, k, h, w * c), 2, (-1, k, oh, w, c)
+            self.row_axis = 2
             self.pixels = (-1, c)  # grayscale as one (pixels, 3) x (3, 1) MatMul: faster than Mul + ReduceSum on CPU
             self.gray = Tensor(np.asarray(GRAY_WEIGHTS, np.float32).reshape(3, 1))
         else:
-            self.in_shape, self.row_axis = (-1, k, c, h, w), 3
+            self.row_axis = 3
             self.gray = Tensor(np.asarray(GRAY_WEIGHTS, np.float32).reshape(1, 1, 3, 1, 1))
         if self.grayscale:  # gray first: the rest works on a third of the values
-            self.gray_shape, self.row_axis = (-1, k, h, w), 2
+            self.row_axis = 2
         self.rows_2d = (-1, w)
         self.matmul = ops.MatMul()  # grayscale (channels last) and the column resize
-        self.stacked = (-1, k * c_out, oh, w)
-        self.out_shape = (-1, k * c_out, oh, ow)
+
+        def shapes(n: int) -> tuple:
+            """The reshapes of ``preprocess`` for rows of n frames: (input, channels last after the
+            row resize, gray, stacked, output)."""
+            inp = (-1, n, h, w * c) if self.channels_last else (-1, n, c, h, w)
+            return inp, (-1, n, oh, w, c), (-1, n, h, w), (-1, n * c_out, oh, w), (-1, n * c_out, oh, ow)
+
+        self.shapes = shapes(k)  # a stacked row: k frames, oldest first
+        self.frame_shapes = shapes(1)  # one frame (preprocess_frame)
+        self.out_shape = self.shapes[4]
         if self.resize:
             idx, wt = area_taps(oh, h)
             self.row_idx = [Tensor(i) for i in idx]
@@ -258,6 +266,7 @@ class ImageEncoder(nn.Cell):
         self.out_dim = feat
         self.cnn = cnn
         self.preprocessed_dim = k * c_out * oh * ow  # width of one preprocessed row (PPO's rollout buffer)
+        self.frames = k
 
     def preprocess(self, x):
         """Raw rows -> (B, k * channels, height, width) float32 in [0, 1], resized: what the convs see.
@@ -269,23 +278,34 @@ class ImageEncoder(nn.Cell):
         Without grayscale, channels-last frames are turned channels-first after the row resize.
         No gradient flows into it (it has no parameters). The MatMuls' constants are cast to the
         frames' dtype (a no-op in float32): a cell emulating float16 holds them in float16."""
-        x = ops.cast(x, ms.float32).reshape(self.in_shape)
+        return self._preprocess(x, self.shapes)
+
+    def preprocess_frame(self, x):
+        """One raw frame per row (B, H * W * C) -> (B, channels, height, width): ``preprocess`` of
+        a one-frame stack. Every op treats the frames of a stack apart, so this is, bit for bit, the
+        slice of a stack's ``preprocess`` that the frame gives (tested): a rollout that keeps the
+        k - 1 earlier preprocessed frames preprocesses only the newest."""
+        return self._preprocess(x, self.frame_shapes)
+
+    def _preprocess(self, x, shapes):
+        in_shape, hwc, gray_shape, stacked, out_shape = shapes
+        x = ops.cast(x, ms.float32).reshape(in_shape)
         if self.grayscale:
             if self.channels_last:
                 x = self.matmul(x.reshape(self.pixels), ops.cast(self.gray, x.dtype))
             else:
                 x = (x * self.gray).sum(2)
-            x = x.reshape(self.gray_shape)
+            x = x.reshape(gray_shape)
         if self.resize:
             acc = ops.gather(x, self.row_idx[0], self.row_axis) * self.row_w[0]
             for i in range(1, len(self.row_idx)):
                 acc = acc + ops.gather(x, self.row_idx[i], self.row_axis) * self.row_w[i]
             x = acc
         if self.channels_last and not self.grayscale:
-            x = ops.transpose(x.reshape(self.hwc), (0, 1, 4, 2, 3))
-        x = x.reshape(self.stacked)
+            x = ops.transpose(x.reshape(hwc), (0, 1, 4, 2, 3))
+        x = x.reshape(stacked)
         if self.resize:
-            x = self.matmul(x.reshape(self.rows_2d), ops.cast(self.rw_t, x.dtype)).reshape(self.out_shape)
+            x = self.matmul(x.reshape(self.rows_2d), ops.cast(self.rw_t, x.dtype)).reshape(out_shape)
         return ops.stop_gradient(x / 255.0)
 
     def construct(self, x):
@@ -299,3 +319,34 @@ class ImageEncoder(nn.Cell):
         if self.nhwc_out:
             x = ops.transpose(x, (0, 3, 1, 2))  # Conv2d's (C, H, W) flatten order for the Dense
         return self.fc(x.reshape((-1, self.n_flat)))  # -1, not x.shape[0]: a dynamic batch in ONNX
+
+
+class _Preprocess(nn.Cell):
+    def __init__(self, encoder: ImageEncoder, one_frame: bool):
+        super().__init__()
+        self.encoder, self.one_frame = encoder, one_frame
+
+    def construct(self, x):
+        return self.encoder.preprocess_frame(x) if self.one_frame else self.encoder.preprocess(x)
+
+
+def frame_wise_exact(encoder: ImageEncoder, batches) -> bool:
+    """Whether, compiled as a rollout graph compiles it, each frame preprocessed alone
+    (``preprocess_frame``) has the bits it has inside its stack (``preprocess``) at each batch size
+    of ``batches``, on random frames (a fixed seed; zero frames included). The ops treat frames
+    apart, but a MatMul's CPU kernel picks its blocking by the row count: the gray MatMul over
+    one frame's pixels can round differently from the stack's at some sizes (measured: 512-768
+    pixels per row). Only then may a rollout keep preprocessed frames (PPO's FrameWiseRollout)."""
+    rng = np.random.default_rng(0)
+    k = encoder.frames
+    whole, alone = _Preprocess(encoder, False), _Preprocess(encoder, True)
+    d = int(np.prod(encoder.frame_shapes[0][2:]))  # raw values per frame
+    for b in sorted(set(int(b) for b in batches)):
+        rows = rng.integers(0, 256, (b, k * d)).astype(np.uint8)
+        rows[0, :d] = 0
+        stacked = whole(Tensor(rows)).asnumpy().reshape(b, k, -1)
+        for i in range(k):
+            one = alone(Tensor(rows[:, i * d:(i + 1) * d].copy())).asnumpy().reshape(b, -1)
+            if not np.array_equal(one, stacked[:, i]):
+                return False
+    return True

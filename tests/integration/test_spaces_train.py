@@ -277,6 +277,43 @@ def test_image_ppo_is_bit_reproducible_and_resumes_exactly(tmp_path):
     assert resumed[0] == resumed[1]
 
 
+def test_the_frame_wise_rollout_trains_the_parameters_of_the_whole_stack_rollout(tmp_path, monkeypatch):
+    # a stacked image policy's rollout preprocesses only each step's new frame and keeps the k - 1
+    # before it (zeroed where an episode ended); the whole-stack rollout preprocesses all k frames
+    # at every step. Same frames, same bits: the same trained parameters.
+    import spaces_envs  # noqa: F401
+
+    from msrl_consistent.algorithms import on_policy, ppo
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text(DOT_CONFIG.format(steps=768, k=3, skip=1))
+    learn_loop, used = ppo.PPO.learn_loop, []
+
+    def either(self, run):
+        if whole:  # the rollout as built: PreEncodedRollout, every stacked frame preprocessed per step
+            on_policy.OnPolicyAlgorithm.learn_loop(self, run)
+        else:
+            learn_loop(self, run)
+        used.append(self.frame_wise)
+
+    monkeypatch.setattr(ppo.PPO, "learn_loop", either)
+    stepped, restarts = on_policy.FrameCarry.stepped, []
+
+    def counted(self, done, cols):
+        restarts.append(int(done.sum()))
+        stepped(self, done, cols)
+
+    monkeypatch.setattr(on_policy.FrameCarry, "stepped", counted)
+    hashes = []
+    for whole in (False, True):
+        run = str(tmp_path / f"run-{whole}")
+        assert main(["train", str(cfg), "--run-dir", run, "--quiet", "--set", "eval.episodes=1"]) == 0
+        with open(os.path.join(run, "summary.json")) as fh:
+            hashes.append(json.load(fh)["params_sha256"])
+    assert used == [True, False]
+    assert sum(restarts) > 8 * 3  # episodes ended inside the rollouts: the carry restarted envs
+    assert hashes[0] == hashes[1]
+
+
 ATARI_FRAME_CONFIG = """algorithm: ppo
 seed: 0
 total_timesteps: 64

@@ -257,6 +257,30 @@ def test_image_preprocessing_inside_the_cell_matches_numpy():
                           enc_hwc(Tensor(frames.reshape(2, -1).astype(np.float32))).asnumpy())
 
 
+@pytest.mark.parametrize("shape, kw, exact, differs", [
+    ((210, 160, 3), dict(grayscale=True, resize=[84, 84], cnn="nature"), (8, 4, 1), ()),  # Breakout's
+    ((32, 24, 3), dict(resize=[16, 12]), (8, 4, 1), ()),
+    ((3, 32, 24), {}, (8, 4, 1), ()),
+    ((32, 24, 3), dict(grayscale=True, resize=[16, 12]), (8, 4), (1,))])  # the gray MatMul of 768 pixels
+def test_a_frame_preprocessed_alone_is_checked_against_its_stack(shape, kw, exact, differs):
+    # the frame-wise rollout preprocesses only the newest frame and reuses the k - 1 earlier ones,
+    # where frame_wise_exact finds each frame's bits alone equal to its bits in the stack, compiled
+    # as the rollout compiles it; it finds the sizes where a MatMul kernel rounds otherwise
+    from dataclasses import replace
+
+    from msrl_consistent.determinism import configure_mindspore
+    from msrl_consistent.networks.image import ImageEncoder, frame_wise_exact
+    configure_mindspore("CPU")
+    spec = replace(space_spec(spaces.Box(0, 255, shape, np.uint8), spaces.Discrete(4)), frame_stack=3)
+    enc = ImageEncoder(np.random.default_rng(0), spec, **dict(dict(cnn="small", grayscale=False, resize=None,
+                                                                    ortho=True), **kw))
+    assert frame_wise_exact(enc, exact)
+    for b in differs:
+        assert not frame_wise_exact(enc, [b])
+    zeros = enc.preprocess_frame(Tensor(np.zeros((2, int(np.prod(shape))), np.uint8))).asnumpy()
+    assert zeros.shape == (2, enc.out_shape[1] // 3) + enc.out_shape[2:] and not zeros.any()  # the carry's reset
+
+
 def test_nature_cnn_refuses_small_images_and_grayscale_needs_rgb():
     with pytest.raises(ConfigError, match="too small"):
         _encoder((32, 32, 3), cnn="nature")  # NatureCNN's 8/4, 4/2, 3/1 convs need 36x36
