@@ -212,7 +212,7 @@ def main():
     mark("learn returned (final checkpoint written)")
     SAMPLER.stop = True
     info["summary"] = {k: summary.get(k) for k in ("num_timesteps", "wall_time_s", "n_updates", "first_update_s",
-                                                   "phase_seconds")}
+                                                   "phase_seconds", "params_sha256")}
     info["ru_maxrss_mib"] = __import__("resource").getrusage(__import__("resource").RUSAGE_SELF).ru_maxrss / 1024.0
     info["msrl_version"] = msrl_consistent.__version__
     info["fastcall_active"] = fastcall.ACTIVE
