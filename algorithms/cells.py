@@ -62,6 +62,13 @@ class RankMean(nn.Cell):
         return out
 
 
+LONG_VECTOR = 200_000
+"""MindSpore's CPU ReduceSum sums a whole vector of at least this many elements in parallel blocks
+whose size it picks by timing (kReduceSmallVectorSize): not bit-reproducible under varying load."""
+NORM_ROWS = 1024
+"""GradNormClip's row count for a long gradient vector (< LONG_VECTOR: the final sum is serial)."""
+
+
 class GradNormClip(nn.Cell):
     """torch's ``clip_grad_norm_`` (what Stable-Baselines3 calls): the global norm of a gradient
     tuple, concatenated into one vector (4 kernels instead of 2 per tensor), and every gradient
@@ -79,7 +86,18 @@ class GradNormClip(nn.Cell):
     def norm(self, grads):
         """The global norm: shape (1,), or (members,)."""
         if self.k is None:
-            return ops.sqrt(ops.square(ops.concat([g.reshape(-1) for g in grads])).sum()).reshape((1,))
+            sq = ops.square(ops.concat([g.reshape(-1) for g in grads]))
+            n = sq.shape[0]
+            if n < LONG_VECTOR:  # the CPU ReduceSum's serial path: one fixed summation order
+                return ops.sqrt(sq.sum()).reshape((1,))
+            # A full ReduceSum of >= 200,000 elements takes the CPU kernel's AccelerateLongVector path:
+            # its split into blocks is chosen by ParallelLaunchAutoSearch from measured launch times
+            # (after its first 15-30 launches), so the rounding depends on the machine's load. Row sums
+            # (each row summed whole by one task, whatever the split) then a short serial sum do not.
+            pad = (-n) % NORM_ROWS
+            if pad:
+                sq = ops.concat((sq, ops.zeros((pad,), sq.dtype)))
+            return ops.sqrt(sq.reshape((NORM_ROWS, -1)).sum(1).sum()).reshape((1,))
         return ops.sqrt(ops.square(ops.concat([g.reshape((self.k, -1)) for g in grads], 1)).sum(1))
 
     def construct(self, grads, norm):

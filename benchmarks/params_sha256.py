@@ -39,6 +39,9 @@ CASES = {
                                                     "algo.gradient_steps=100"]),
     # epsilon-greedy acting, target updates on the environment-step clock, gradient clipping
     "dqn-cartpole": ("dqn/CartPole-v1.yaml", 3000, ["algo.learning_starts=500", "algo.target_update_interval=300"]),
+    # images (pip install -e .[atari]): raw frames preprocessed in the cell, frame-wise rollout, 1.7M
+    # parameters (the gradient norm's long-vector sum); 3 rollouts and update phases, evaluation capped
+    "ppo-breakout": ("ppo/Breakout-v5.yaml", 3072, ["eval.episodes=1", "eval.max_steps=100"]),
 }
 
 # populations: name -> (config, total_timesteps, extra msrl train arguments); every member's hash

@@ -1,6 +1,7 @@
 """msrl's Adam against a NumPy reference of PyTorch's Adam (epsilon added to the bias-corrected
 sqrt(v)), and against MindSpore's nn.Adam, which puts it elsewhere."""
 import numpy as np
+import pytest
 from mindspore import Parameter, Tensor, nn
 
 from msrl_consistent.determinism import configure_mindspore
@@ -64,3 +65,33 @@ def test_building_the_optimizer_prints_no_mindspore_deprecation_notice():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "a message that passes" in r.stderr and "FusedSparseAdam" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("sizes", [[(512, 3136), (1, 80000)], [(300, 300)], [(99, 101)]])
+def test_the_global_gradient_norm_has_one_summation_order_in_every_launch(sizes):
+    # MindSpore's CPU ReduceSum splits a whole vector of >= 200,000 elements into blocks whose size
+    # it picks by timing its first launches, so one input gave other bits from launch 5 on (and,
+    # later, bits that depended on the machine's load): a Breakout PPO run trained one of two sets
+    # of parameters. The norm must give one bit pattern in every launch, and the right value.
+    from msrl_consistent.algorithms.cells import GradNormClip as Clip
+    configure_mindspore("CPU")
+
+    class Norm(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.clip = Clip(0.5)
+
+        def construct(self, *grads):
+            return self.clip.norm(grads)
+
+    rng = np.random.default_rng(1)
+    cases = [[(rng.standard_normal(s) * 10.0 ** rng.uniform(-3, -1)).astype(np.float32) for s in sizes]
+             for _ in range(12)]
+    got = []
+    for grads in cases:  # a new graph each: its kernels time their block sizes over the first launches
+        norm, x = Norm(), [Tensor(g) for g in grads]
+        got.append({norm(*x).asnumpy().tobytes() for _ in range(8)})
+    assert [len(g) for g in got] == [1] * len(cases)
+    for grads, g in zip(cases, got):
+        want = np.sqrt(sum((x.astype(np.float64) ** 2).sum() for x in grads))
+        assert abs(np.frombuffer(g.pop(), np.float32)[0] - want) <= 2e-6 * want
