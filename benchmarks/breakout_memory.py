@@ -88,6 +88,8 @@ def main():
                     help="diagnostic: values_of reads the acting graph's value output (no float32-input value graph)")
     ap.add_argument("--ms-memory", action="append", default=[], metavar="KEY=VALUE",
                     help="diagnostic: mindspore.runtime.set_memory(KEY=VALUE, ...) before anything is built")
+    ap.add_argument("--malloc-trim", action="store_true",
+                    help="diagnostic: glibc malloc_trim(0) after the update graph's compilation (with --compile-first)")
     a = ap.parse_args()
 
     SAMPLER.start()
@@ -150,6 +152,10 @@ def main():
         if kind == "PPOUpdatePhase" and n == 0 and a.compile_first:
             cell.compile(*args)
             mark("update 1: phase graph compiled (Cell.compile), not run")
+            if a.malloc_trim:
+                import ctypes
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
+                mark("update 1: malloc_trim(0) after the compilation")
         out = orig_call(self, *args)
         if n == 0 and kind == "PackedRollout":
             mark("first acting graph call (compile + run)", f"input {tuple(args[0].shape)} {args[0].dtype}")

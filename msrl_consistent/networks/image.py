@@ -129,9 +129,18 @@ class MatMulConv2d(nn.Cell):
         else:  # (B, hb, s, wb, s, C) -> (B, hb, wb, C, s, s)
             self.blocks, self.perm = (-1, hb, s, wb, s, c_in), (0, 1, 3, 5, 2, 4)
         self.flat_blocks = (-1, hb, wb, c_in * s * s)
-        self.windows = None if m == 1 else nn.CellList(
-            [Crop((0, a, b, 0), (0, oh, ow, c_in * s * s), (0, hb, wb, c_in * s * s))
-             for a in range(m) for b in range(m)])
+        self.windows = self.window_rows = None
+        if m > 1 and self.nchw_in:
+            # The first layer, whose input (preprocessed frames) takes no gradient: the m*m windows
+            # as one Gather of whole blocks (the same values and order as the Crops' Concat, without
+            # the Concat's copy); its autodiff backward would scatter-add, which no update runs.
+            rows = [(i + a) * wb + (j + b) for i in range(oh) for j in range(ow) for a in range(m) for b in range(m)]
+            self.window_rows = Tensor(np.asarray(rows, np.int32))
+            self.merged_blocks = (-1, hb * wb, c_in * s * s)
+        elif m > 1:
+            self.windows = nn.CellList(
+                [Crop((0, a, b, 0), (0, oh, ow, c_in * s * s), (0, hb, wb, c_in * s * s))
+                 for a in range(m) for b in range(m)])
         # weight (out, in, [a, sh], [b, sw]) -> rows ordered (a, b, in, sh, sw), as the windows' features
         self.w_blocks = (c_out, c_in, m, s, m, s)
         self.cols = m * m * c_in * s * s
@@ -142,7 +151,11 @@ class MatMulConv2d(nn.Cell):
     def construct(self, x):
         if self.crop is not None:
             x = self.crop(x)
-        x = ops.transpose(x.reshape(self.blocks), self.perm).reshape(self.flat_blocks)
+        x = ops.transpose(x.reshape(self.blocks), self.perm)
+        if self.window_rows is not None:
+            x = ops.gather(x.reshape(self.merged_blocks), self.window_rows, 1)
+        else:
+            x = x.reshape(self.flat_blocks)
         if self.windows is not None:
             parts = []
             for window in self.windows:

@@ -324,6 +324,24 @@ def test_matmul_convs_equal_conv2d(cnn, shape, resize):
         assert np.abs(gb).max() > 0 and np.abs(ga - gb).max() <= 1e-4 * np.abs(gb).max(), name
 
 
+@pytest.mark.parametrize("hw", [(84, 84), (90, 87)])
+def test_first_conv_windows_as_one_gather_equal_the_crops(hw):
+    """The first layer (NCHW input, no input gradient) gathers its windows in one Gather; a later
+    layer builds them as Crops and a Concat. Both give the same windows in the same order, so the
+    first layer equals, bit for bit, the same weights applied as a later layer to the NHWC input."""
+    from msrl_consistent.networks.image import MatMulConv2d
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((32, 4, 8, 8)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    x = rng.random((6, 4) + hw, dtype=np.float32)
+    first, later = MatMulConv2d(w, b, 4, hw, True), MatMulConv2d(w, b, 4, hw, False)
+    assert first.window_rows is not None and first.windows is None and later.windows is not None
+    ya = first(Tensor(x)).asnumpy()
+    yb = later(Tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))).asnumpy()
+    assert ya.shape == yb.shape == (6, (hw[0] - 8) // 4 + 1, (hw[1] - 8) // 4 + 1, 32)
+    assert np.array_equal(ya, yb)
+
+
 @pytest.mark.slow
 def test_matmul_convs_export_to_onnx_with_a_dynamic_batch(tmp_path):
     """NatureCNN's windows and a crop (90 x 87 leaves rows unused) through MindSpore's ONNX exporter:
