@@ -174,6 +174,8 @@ class Rollouts:
                 rn.returns = np.zeros(n, np.float64)  # (re)seeded envs start new episodes
         clock = time.perf_counter
         acting = env_wait = 0.0
+        zeros: List = [None] * envs.groups  # each group's noise shape, zero: the acting graph as a value graph
+        finals: List = [None] * envs.groups  # frame-wise: each group's final values of its last step
 
         def noise_of(t: int) -> np.ndarray:  # vector step t's noise for every column, drawn in column order
             return np.concatenate([m.step_noise(t, n) for m in members]) if k > 1 else m0.step_noise(t, n)
@@ -184,6 +186,8 @@ class Rollouts:
             t0 = clock()
             o, c = gobs[g], envs.cols[g]
             z = noise[c] if envs.overlap else noise
+            if zeros[g] is None:
+                zeros[g] = np.zeros_like(z)
             if self.stacked:
                 inputs = (Tensor(o.reshape(k, len(c) // k, -1)), Tensor(z.reshape((k, len(c) // k) + z.shape[1:])))
             else:
@@ -199,6 +203,13 @@ class Rollouts:
             acting += clock() - t0
             return (o if rows is None else rows, a, logp, v)
 
+        def frame_values(g: int, o: np.ndarray) -> np.ndarray:
+            """Frame-wise: the values of group g's stacked rows ``o`` from the acting graph (its value
+            output, zero noise; the carry, before it steps, holds their earlier frames): the bits of
+            the value graph's (tested), without compiling it (its memory: docs/benchmarks.md)."""
+            out = owner._rollout_fn(*frames.inputs(o, zeros[g], envs.cols[g])).asnumpy()
+            return unpack_rollout(out, act_shape, spec.discrete)[3]
+
         def receive(g: int):
             """Group g's step results; its rows (and frame stack, recurrent state) move to the next step."""
             nonlocal env_wait
@@ -208,6 +219,9 @@ class Rollouts:
                 real_next = stacks[g].peek(real_next)  # an ended episode's true final stack
                 next_obs = stacks[g].push(next_obs, term | trunc)
             env_wait += clock() - t0  # the env phase, as before the groups: the step and the frame stack
+            if frames is not None:  # the truncated episodes' final values, while the carry holds their frames
+                truncated = np.any(trunc & ~term)
+                finals[g] = frame_values(g, real_next) if truncated else np.zeros(len(envs.cols[g]), np.float32)
             for held in (carry, frames):
                 if held is not None:
                     held.stepped(term | trunc, envs.cols[g])
@@ -242,8 +256,8 @@ class Rollouts:
                     idx = np.nonzero(trunc & ~term)[0]
                     if idx.size:
                         # the whole batch: one graph shape (a subset would compile a graph per size)
-                        final = owner.values_of(real_next) if carry is None else \
-                            carry.final_values(owner._value_fn, real_next)
+                        final = envs.join(finals) if frames is not None else owner.values_of(real_next) \
+                            if carry is None else carry.final_values(owner._value_fn, real_next)
                         buf.set_final_values(t, idx, final[idx])
                     for m in members:
                         m.num_timesteps += n * world
@@ -258,7 +272,8 @@ class Rollouts:
                 for i, m in enumerate(members):
                     if m.obs_rms is not None:  # every rank's rollout, merged in rank order
                         m.obs_rms.update(m.dist.allgather(buf.obs[:, i * n:(i + 1) * n]))
-                last = owner.values_of(obs) if carry is None else carry.values(owner._value_fn, obs)
+                last = envs.join([frame_values(g, o) for g, o in enumerate(gobs)]) if frames is not None else \
+                    owner.values_of(obs) if carry is None else carry.values(owner._value_fn, obs)
                 buf.compute(last, *owner.gae())
                 stats = owner.train_members(buf)
                 for m in members:

@@ -84,12 +84,8 @@ def main():
     ap.add_argument("--run-dir")
     ap.add_argument("--compile-first", action="store_true",
                     help="diagnostic: Cell.compile the update-phase graph before its first call (compile vs run)")
-    ap.add_argument("--value-via-rollout", action="store_true",
-                    help="diagnostic: values_of reads the acting graph's value output (no float32-input value graph)")
     ap.add_argument("--ms-memory", action="append", default=[], metavar="KEY=VALUE",
                     help="diagnostic: mindspore.runtime.set_memory(KEY=VALUE, ...) before anything is built")
-    ap.add_argument("--malloc-trim", action="store_true",
-                    help="diagnostic: glibc malloc_trim(0) after the update graph's compilation (with --compile-first)")
     a = ap.parse_args()
 
     SAMPLER.start()
@@ -100,7 +96,6 @@ def main():
     mark("import mindspore", f"MindSpore {ms.__version__}")
     set_memory(ms, a.ms_memory)
     import msrl_consistent
-    import msrl_consistent.algorithms.on_policy as on_policy
     import msrl_consistent.algorithms.ppo as ppo_mod
     import msrl_consistent.pipeline as pipeline
     import msrl_consistent.run_context as run_mod
@@ -152,10 +147,6 @@ def main():
         if kind == "PPOUpdatePhase" and n == 0 and a.compile_first:
             cell.compile(*args)
             mark("update 1: phase graph compiled (Cell.compile), not run")
-            if a.malloc_trim:
-                import ctypes
-                ctypes.CDLL("libc.so.6").malloc_trim(0)
-                mark("update 1: malloc_trim(0) after the compilation")
         out = orig_call(self, *args)
         if n == 0 and kind == "PackedRollout":
             mark("first acting graph call (compile + run)", f"input {tuple(args[0].shape)} {args[0].dtype}")
@@ -187,9 +178,7 @@ def main():
         return stats
     ppo_mod.PPO.train = train
 
-    if a.value_via_rollout:
-        values_via_rollout(on_policy)
-    info["diagnostics"] = {"compile_first": a.compile_first, "value_via_rollout": a.value_via_rollout,
+    info["diagnostics"] = {"compile_first": a.compile_first,
                            "ms_memory": a.ms_memory}
 
     orig_eval = run_mod.RunContext.evaluate
@@ -233,22 +222,6 @@ def set_memory(ms, options):
     if options:
         ms.runtime.set_memory(**dict(kv.split("=", 1) for kv in options))
         mark("mindspore.runtime.set_memory", ", ".join(options))
-
-
-def values_via_rollout(on_policy):
-    """Diagnostic: values_of reads the acting graph's value output (no float32-input value graph)."""
-    import numpy as np
-    from mindspore import Tensor
-
-    def values_of(self, obs):
-        if self.frame_wise:  # its acting graph takes (new frame, earlier preprocessed frames, noise)
-            raise SystemExit("breakout_memory.py: --value-via-rollout needs the whole-stack acting graph; "
-                             "this run's is frame-wise (each stacked frame preprocessed once)")
-        obs = np.asarray(obs, self.spec.input_dtype)
-        noise = self.distribution.noise(np.random.default_rng(0), obs.shape[0])  # the run's Generator untouched
-        packed = self._rollout_fn(Tensor(obs), Tensor(noise)).asnumpy()
-        return on_policy.unpack_rollout(packed, self.spec.action_shape, self.spec.discrete)[3]
-    on_policy.OnPolicyAlgorithm.values_of = values_of
 
 
 def report(info):

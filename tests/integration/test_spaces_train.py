@@ -279,8 +279,10 @@ def test_image_ppo_is_bit_reproducible_and_resumes_exactly(tmp_path):
 
 def test_the_frame_wise_rollout_trains_the_parameters_of_the_whole_stack_rollout(tmp_path, monkeypatch):
     # a stacked image policy's rollout preprocesses only each step's new frame and keeps the k - 1
-    # before it (zeroed where an episode ended); the whole-stack rollout preprocesses all k frames
-    # at every step. Same frames, same bits: the same trained parameters.
+    # before it (zeroed where an episode ended), and takes the bootstrap values (the rollout's last
+    # rows, truncated episodes' final rows) from its acting graph; the whole-stack rollout
+    # preprocesses all k frames at every step and has a value graph. Same frames, same bits: the
+    # same trained parameters. A 6-step time limit truncates episodes inside the rollouts.
     import spaces_envs  # noqa: F401
 
     from msrl_consistent.algorithms import on_policy, ppo
@@ -303,14 +305,23 @@ def test_the_frame_wise_rollout_trains_the_parameters_of_the_whole_stack_rollout
         stepped(self, done, cols)
 
     monkeypatch.setattr(on_policy.FrameCarry, "stepped", counted)
+    set_final, truncated = on_policy.RolloutBuffer.set_final_values, []
+
+    def final_values(self, t, idx, values):
+        truncated.append(len(idx))
+        set_final(self, t, idx, values)
+
+    monkeypatch.setattr(on_policy.RolloutBuffer, "set_final_values", final_values)
     hashes = []
     for whole in (False, True):
         run = str(tmp_path / f"run-{whole}")
-        assert main(["train", str(cfg), "--run-dir", run, "--quiet", "--set", "eval.episodes=1"]) == 0
+        assert main(["train", str(cfg), "--run-dir", run, "--quiet", "--set", "eval.episodes=1",
+                     "--set", "env.max_episode_steps=6"]) == 0
         with open(os.path.join(run, "summary.json")) as fh:
             hashes.append(json.load(fh)["params_sha256"])
     assert used == [True, False]
     assert sum(restarts) > 8 * 3  # episodes ended inside the rollouts: the carry restarted envs
+    assert sum(truncated) > 8  # ... and time limits truncated some: their final values were used
     assert hashes[0] == hashes[1]
 
 
