@@ -83,14 +83,42 @@ class Crop(nn.Cell):
         return x
 
     def bprop(self, x, out, dout):
-        g = dout
-        for d, before, after in self.zero_pads:
-            shape = g.shape
-            if before:
-                g = ops.concat((ops.zeros(shape[:d] + (before,) + shape[d + 1:], g.dtype), g), d)
-            if after:
-                g = ops.concat((g, ops.zeros(shape[:d] + (after,) + shape[d + 1:], g.dtype)), d)
-        return (g,)
+        return (zero_pad(dout, self.zero_pads),)
+
+
+def zero_pad(g, pads):
+    """``g`` zero-padded by ``pads`` ((dim, before, after), ...): Concats with zero blocks."""
+    for d, before, after in pads:
+        shape = g.shape
+        if before:
+            g = ops.concat((ops.zeros(shape[:d] + (before,) + shape[d + 1:], g.dtype), g), d)
+        if after:
+            g = ops.concat((g, ops.zeros(shape[:d] + (after,) + shape[d + 1:], g.dtype)), d)
+    return g
+
+
+class Windows(nn.Cell):
+    """im2col over blocks: (B, hb, wb, F) -> (B, oh, ow, m*m*F), each output position's m x m
+    block windows side by side, window (a, b) in row-major order. Forward: one Gather of whole
+    blocks (the Crops-and-Concat form costs a Gather per window and the Concat's copy). Backward:
+    each window's slice of ``dout`` zero-padded back to the blocks (Crop's backward) and the m*m
+    summed in window order (AddN): the kernels and order autodiff runs for the Crops and the
+    Concat, so the gradients keep their bits (tested)."""
+
+    def __init__(self, m: int, oh: int, ow: int, hb: int, wb: int, f: int):
+        super().__init__()
+        rows = [(i + a) * wb + (j + b) for i in range(oh) for j in range(ow) for a in range(m) for b in range(m)]
+        self.rows = Tensor(np.asarray(rows, np.int32))
+        self.merged, self.out_shape, self.f = (-1, hb * wb, f), (-1, oh, ow, m * m * f), f
+        self.pads = [tuple((d, before, full - before - n) for d, before, n, full in
+                           ((1, a, oh, hb), (2, b, ow, wb)) if n != full) for a in range(m) for b in range(m)]
+
+    def construct(self, x):
+        return ops.gather(x.reshape(self.merged), self.rows, 1).reshape(self.out_shape)
+
+    def bprop(self, x, out, dout):
+        parts = ops.split(dout, self.f, -1)
+        return (ops.addn([zero_pad(p, pads) for p, pads in zip(parts, self.pads)]),)
 
 
 class MatMulConv2d(nn.Cell):
@@ -129,18 +157,7 @@ class MatMulConv2d(nn.Cell):
         else:  # (B, hb, s, wb, s, C) -> (B, hb, wb, C, s, s)
             self.blocks, self.perm = (-1, hb, s, wb, s, c_in), (0, 1, 3, 5, 2, 4)
         self.flat_blocks = (-1, hb, wb, c_in * s * s)
-        self.windows = self.window_rows = None
-        if m > 1 and self.nchw_in:
-            # The first layer, whose input (preprocessed frames) takes no gradient: the m*m windows
-            # as one Gather of whole blocks (the same values and order as the Crops' Concat, without
-            # the Concat's copy); its autodiff backward would scatter-add, which no update runs.
-            rows = [(i + a) * wb + (j + b) for i in range(oh) for j in range(ow) for a in range(m) for b in range(m)]
-            self.window_rows = Tensor(np.asarray(rows, np.int32))
-            self.merged_blocks = (-1, hb * wb, c_in * s * s)
-        elif m > 1:
-            self.windows = nn.CellList(
-                [Crop((0, a, b, 0), (0, oh, ow, c_in * s * s), (0, hb, wb, c_in * s * s))
-                 for a in range(m) for b in range(m)])
+        self.windows = None if m == 1 else Windows(m, oh, ow, hb, wb, c_in * s * s)
         # weight (out, in, [a, sh], [b, sw]) -> rows ordered (a, b, in, sh, sw), as the windows' features
         self.w_blocks = (c_out, c_in, m, s, m, s)
         self.cols = m * m * c_in * s * s
@@ -151,16 +168,9 @@ class MatMulConv2d(nn.Cell):
     def construct(self, x):
         if self.crop is not None:
             x = self.crop(x)
-        x = ops.transpose(x.reshape(self.blocks), self.perm)
-        if self.window_rows is not None:
-            x = ops.gather(x.reshape(self.merged_blocks), self.window_rows, 1)
-        else:
-            x = x.reshape(self.flat_blocks)
+        x = ops.transpose(x.reshape(self.blocks), self.perm).reshape(self.flat_blocks)
         if self.windows is not None:
-            parts = []
-            for window in self.windows:
-                parts.append(window(x))
-            x = ops.concat(parts, -1)
+            x = self.windows(x)
         w = ops.transpose(self.weight.reshape(self.w_blocks), (2, 4, 1, 3, 5, 0)).reshape((self.cols, self.c_out))
         y = self.matmul(x.reshape((-1, self.cols)), w) + self.bias
         return y.reshape(self.out_shape)

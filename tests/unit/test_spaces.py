@@ -324,22 +324,42 @@ def test_matmul_convs_equal_conv2d(cnn, shape, resize):
         assert np.abs(gb).max() > 0 and np.abs(ga - gb).max() <= 1e-4 * np.abs(gb).max(), name
 
 
-@pytest.mark.parametrize("hw", [(84, 84), (90, 87)])
-def test_first_conv_windows_as_one_gather_equal_the_crops(hw):
-    """The first layer (NCHW input, no input gradient) gathers its windows in one Gather; a later
-    layer builds them as Crops and a Concat. Both give the same windows in the same order, so the
-    first layer equals, bit for bit, the same weights applied as a later layer to the NHWC input."""
-    from msrl_consistent.networks.image import MatMulConv2d
-    rng = np.random.default_rng(3)
-    w = rng.standard_normal((32, 4, 8, 8)).astype(np.float32)
-    b = rng.standard_normal(32).astype(np.float32)
-    x = rng.random((6, 4) + hw, dtype=np.float32)
-    first, later = MatMulConv2d(w, b, 4, hw, True), MatMulConv2d(w, b, 4, hw, False)
-    assert first.window_rows is not None and first.windows is None and later.windows is not None
-    ya = first(Tensor(x)).asnumpy()
-    yb = later(Tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))).asnumpy()
-    assert ya.shape == yb.shape == (6, (hw[0] - 8) // 4 + 1, (hw[1] - 8) // 4 + 1, 32)
-    assert np.array_equal(ya, yb)
+@pytest.mark.parametrize("m,oh,ow,f", [(2, 9, 9, 128), (3, 7, 7, 64), (2, 20, 20, 64), (3, 4, 6, 5)])
+def test_conv_windows_equal_crops_and_concat_forward_and_backward(m, oh, ow, f):
+    """networks.image.Windows (one Gather; its backward written out) against the m*m Crops and a
+    Concat under autodiff: the same windows, and the same input gradient, bit for bit (NatureCNN's
+    three layers' sizes among them)."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from msrl_consistent.networks.image import Crop, Windows
+    hb, wb = oh + m - 1, ow + m - 1
+
+    class CropsConcat(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.crops = nn.CellList([Crop((0, a, b, 0), (0, oh, ow, f), (0, hb, wb, f))
+                                      for a in range(m) for b in range(m)])
+
+        def construct(self, x):
+            return ops.concat([c(x) for c in self.crops], -1)
+
+    class Loss(nn.Cell):
+        def __init__(self, cell):
+            super().__init__()
+            self.cell = cell
+
+        def construct(self, x, r):
+            return (self.cell(x) * r).sum()
+
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal((3, hb, wb, f)).astype(np.float32))
+    r = Tensor(rng.standard_normal((3, oh, ow, m * m * f)).astype(np.float32))
+    cells = (Windows(m, oh, ow, hb, wb, f), CropsConcat())
+    ya, yb = (c(x).asnumpy() for c in cells)
+    assert ya.shape == (3, oh, ow, m * m * f) and np.array_equal(ya, yb)
+    ga, gb = (ms.jit(ops.grad(Loss(c), 0))(x, r).asnumpy() for c in cells)
+    assert np.abs(gb).max() > 0 and np.array_equal(ga, gb)
 
 
 @pytest.mark.slow
