@@ -38,8 +38,8 @@ class PackedRollout(nn.Cell):
         n = obs.shape[0] if logp.ndim == 1 else logp.shape[0] * logp.shape[1]  # a population's (members, envs) rows
         parts = [env_a.astype(ms.float32).reshape((n, -1)), a.astype(ms.float32).reshape((n, -1)),
                  logp.reshape((n, 1)), v.reshape((n, 1))]
-        if len(outs) == 5:  # the rows the buffer stores instead of the observations (preprocessed frames), or the next state
-            parts.append(outs[4])
+        for extra in outs[4:]:  # the rows the buffer stores instead of the observations (preprocessed frames,
+            parts.append(extra)  # then a frame-wise rollout's new frame), or the next state
         return ops.concat(parts, 1)
 
 
@@ -154,7 +154,7 @@ class Rollouts:
         stored = m0.rollout_features
         obs_dtype = np.dtype(np.float32 if stored else spec.input_dtype)
         carry = Carry(n, m0.state_dim) if m0.state_dim else None
-        frames = FrameCarry(n, stored, spec) if m0.frame_wise else None
+        frames = FrameCarry(n, stored, m0.rollout_cell.frame_width, spec) if m0.frame_wise else None
         if carry is None:
             buf = RolloutBuffer(m0.n_steps, k * n, stored or spec.obs_dim, act_shape, spec.discrete, obs_dtype)
         else:
@@ -198,7 +198,7 @@ class Rollouts:
                 carry.acted(buf, t, rows, c)
                 rows = None
             elif frames is not None:
-                frames.acted(rows, c)
+                rows = frames.acted(rows, c)
             envs.send(g, env_a)
             acting += clock() - t0
             return (o if rows is None else rows, a, logp, v)
@@ -331,21 +331,24 @@ class Carry:
 
 class FrameCarry:
     """The host side of a frame-wise rollout (``frame_wise``): per env the k - 1 most recent
-    frames as the rollout cell preprocessed them (oldest first, flattened), which it takes with
-    the newest raw frame. It follows the loop's deploy.FrameStack: zeros at the start and where an
-    episode ended (the stack's zero frames preprocess to zeros), then the last k - 1 frames of
-    each step's stored rows. ``cols``: the env columns of the group that acts or stepped."""
+    frames as the rollout cell preprocessed them (oldest first, flattened, ``frame_width``
+    values each), which it takes with the newest raw frame. It follows the loop's
+    deploy.FrameStack: zeros at the start and where an episode ended (the stack's zero frames
+    preprocess to zeros), then each step's new frame (the rollout cell's last output) after the
+    k - 2 before it. ``cols``: the env columns of the group that acts or stepped."""
 
-    def __init__(self, n_envs: int, stored_width: int, spec):
+    def __init__(self, n_envs: int, stored_width: int, frame_width: int, spec):
         self.raw = spec.frame_dim  # one raw frame of the stacked observation row, its last
-        self.keep = stored_width - stored_width // spec.frame_stack  # k - 1 preprocessed frames
-        self.previous = np.zeros((n_envs, self.keep), np.float32)
+        self.stored, self.width = stored_width, frame_width
+        self.previous = np.zeros((n_envs, frame_width * (spec.frame_stack - 1)), np.float32)
 
     def inputs(self, obs: np.ndarray, noise: np.ndarray, cols: np.ndarray) -> tuple:
         return Tensor(np.ascontiguousarray(obs[:, -self.raw:])), Tensor(self.previous[cols]), Tensor(noise)
 
-    def acted(self, rows: np.ndarray, cols: np.ndarray) -> None:
-        self.previous[cols] = rows[:, -self.keep:]
+    def acted(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``rows``: the rollout cell's [stored rows | new frame] -> the stored rows."""
+        self.previous[cols] = np.concatenate((self.previous[cols][:, self.width:], rows[:, self.stored:]), 1)
+        return rows[:, :self.stored]
 
     def stepped(self, done: np.ndarray, cols: np.ndarray) -> None:
         self.previous[cols[done]] = 0.0

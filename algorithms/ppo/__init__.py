@@ -141,7 +141,7 @@ class PreEncodedRollout(nn.Cell):
     def construct(self, obs, noise):
         pre = self.agent.rows.preprocess(obs)
         env_a, a, logp, v = self.inner(pre, noise)
-        return env_a, a, logp, v, pre.reshape((obs.shape[0], -1))
+        return env_a, a, logp, v, self.agent.rows.stored(pre)
 
 
 class FrameWiseRollout(nn.Cell):
@@ -151,19 +151,20 @@ class FrameWiseRollout(nn.Cell):
     frame stack's zeros preprocess to). Only the new frame is preprocessed (the encoder's
     ``preprocess_frame``, bit for bit its slice of the whole stack's ``preprocess``), so each
     frame is preprocessed once, not k times; then PreEncodedRollout's outputs, the fifth the
-    stacked preprocessed rows (the buffer stores them; the loop keeps their last k - 1 frames
-    for the next step, on_policy.FrameCarry)."""
+    stored rows of the stack (the buffer's), the sixth the new frame preprocessed (``frame_width``
+    values; the loop keeps the k - 1 latest for the next step, on_policy.FrameCarry)."""
 
     def __init__(self, agent):
         super().__init__()
         self.agent = agent
         self.inner = PPORollout(agent)
+        self.frame_width = agent.rows.encoder.preprocessed_dim // agent.rows.encoder.frames
 
     def construct(self, frame, previous, noise):
         new = self.agent.rows.preprocess_frame(frame).reshape((frame.shape[0], -1))
-        pre = ops.concat((previous, new), 1)
-        env_a, a, logp, v = self.inner(pre, noise)
-        return env_a, a, logp, v, pre
+        stored = self.agent.rows.stored(ops.concat((previous, new), 1))
+        env_a, a, logp, v = self.inner(stored, noise)
+        return env_a, a, logp, v, stored, new
 
 
 class ValueCell(nn.Cell):

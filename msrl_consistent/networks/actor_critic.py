@@ -67,10 +67,13 @@ class PreprocessedRows(Part):
     def __init__(self, encoder):
         super().__init__()
         self.encoder = encoder
-        self.stored_width = encoder.preprocessed_dim
+        self.stored_width = encoder.stored_dim
 
     def preprocess(self, obs):
         return self.encoder.preprocess(obs)
+
+    def stored(self, pre):
+        return self.encoder.stored(pre)
 
     def preprocess_frame(self, frame):
         return self.encoder.preprocess_frame(frame)

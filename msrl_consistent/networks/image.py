@@ -165,10 +165,19 @@ class MatMulConv2d(nn.Cell):
         self.out_shape = (-1, oh, ow, c_out)
         self.matmul = ops.MatMul()  # its gradient uses MatMul's transpose flags, no Transpose kernels
 
-    def construct(self, x):
+    def to_blocks(self, x):
+        """The layer's input -> its space-to-depth blocks, one row per sample (B, hb * wb * C*s*s):
+        a Transpose, pure data movement. PPO's rollout buffer stores the first layer's (ImageEncoder.stored),
+        so its update does not transpose the same frames again at every epoch."""
         if self.crop is not None:
             x = self.crop(x)
-        x = ops.transpose(x.reshape(self.blocks), self.perm).reshape(self.flat_blocks)
+        return ops.transpose(x.reshape(self.blocks), self.perm).reshape((x.shape[0], -1))
+
+    def construct(self, x):
+        """``x``: the layer's input (4-D), or its blocks as ``to_blocks`` gives them (2-D)."""
+        if x.ndim != 2:
+            x = self.to_blocks(x)
+        x = x.reshape(self.flat_blocks)
         if self.windows is not None:
             x = self.windows(x)
         w = ops.transpose(self.weight.reshape(self.w_blocks), (2, 4, 1, 3, 5, 0)).reshape((self.cols, self.c_out))
@@ -288,7 +297,9 @@ class ImageEncoder(nn.Cell):
         self.fc = nn.SequentialCell([dense(rng, n_flat, feat, float(np.sqrt(2.0)), ortho), nn.ReLU()])
         self.out_dim = feat
         self.cnn = cnn
-        self.preprocessed_dim = k * c_out * oh * ow  # width of one preprocessed row (PPO's rollout buffer)
+        self.preprocessed_dim = k * c_out * oh * ow  # width of one preprocessed row
+        # width of the rows PPO's rollout buffer stores (``stored``): the first conv's blocks
+        self.stored_dim = int(np.prod(convs[0].flat_blocks[1:])) if self.nhwc_out else self.preprocessed_dim
         self.frames = k
 
     def preprocess(self, x):
@@ -334,11 +345,23 @@ class ImageEncoder(nn.Cell):
     def construct(self, x):
         return self.trunk(self.preprocess(x))
 
+    def stored(self, x):
+        """Preprocessed frames (``preprocess``'s output) -> the rows PPO's rollout buffer stores,
+        (B, stored_dim): the first MatMulConv2d's blocks (its Transpose done once per frame row
+        rather than at every epoch of the update), or the frames flattened (conv2d)."""
+        x = x.reshape(self.out_shape)
+        if self.nhwc_out:
+            return self.convs[0].to_blocks(x)
+        return x.reshape((x.shape[0], -1))
+
     def trunk(self, x):
-        """Preprocessed frames (``preprocess``'s output, or its rows flattened) -> features: the convs,
-        flatten, Dense, ReLU. PPO's update phase starts here, from the frames its rollout cell
-        preprocessed (PPORollout's pre-encoded output), so no frame is preprocessed twice."""
-        x = self.convs(x.reshape(self.out_shape))
+        """Preprocessed frames (``preprocess``'s output, 4-D) or ``stored`` rows (2-D) -> features:
+        the convs, flatten, Dense, ReLU. PPO's update phase starts here, from the rows its rollout
+        cell stored, so no frame is preprocessed twice. Either input gives the same bits (the blocks
+        are the frames moved, not computed)."""
+        if not (self.nhwc_out and x.ndim == 2):
+            x = x.reshape(self.out_shape)
+        x = self.convs(x)
         if self.nhwc_out:
             x = ops.transpose(x, (0, 3, 1, 2))  # Conv2d's (C, H, W) flatten order for the Dense
         return self.fc(x.reshape((-1, self.n_flat)))  # -1, not x.shape[0]: a dynamic batch in ONNX

@@ -362,6 +362,30 @@ def test_conv_windows_equal_crops_and_concat_forward_and_backward(m, oh, ow, f):
     assert np.abs(gb).max() > 0 and np.array_equal(ga, gb)
 
 
+@pytest.mark.parametrize("shape,impl", [((84, 84, 3), "matmul"), ((90, 87, 3), "matmul"), ((84, 84, 3), "conv2d")])
+def test_the_stored_rows_give_the_features_of_the_frames(shape, impl):
+    """PPO's buffer stores ImageEncoder.stored rows (the first conv's blocks with the matmul convs);
+    the trunk of them is, bit for bit, the trunk of the preprocessed frames, i.e. the cell's own
+    features of the raw frames (a crop leaving rows unused included)."""
+    from mindspore import nn
+
+    enc = _encoder(shape, cnn="nature", conv_impl=impl)[0]
+
+    class Both(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.enc = enc
+
+        def construct(self, x):
+            rows = self.enc.stored(self.enc.preprocess(x))
+            return rows, self.enc.trunk(rows), self.enc(x)
+
+    frames = np.random.default_rng(2).integers(0, 256, (5,) + shape).astype(np.uint8).reshape(5, -1)
+    rows, from_rows, direct = (t.asnumpy() for t in Both()(Tensor(frames)))
+    assert rows.shape == (5, enc.stored_dim)
+    assert np.abs(direct).max() > 0 and np.array_equal(from_rows, direct)
+
+
 @pytest.mark.slow
 def test_matmul_convs_export_to_onnx_with_a_dynamic_batch(tmp_path):
     """NatureCNN's windows and a crop (90 x 87 leaves rows unused) through MindSpore's ONNX exporter:
