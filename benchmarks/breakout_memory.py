@@ -8,6 +8,7 @@ MindSpore call holds the GIL, VmHWM is the kernel's exact high-water mark).
     pip install -e ".[atari]" "opencv-python-headless<4.11"
     GLOG_v=3 python benchmarks/breakout_memory.py --total-timesteps 3072 [--json OUT] [--set KEY=VALUE ...]
         [--ms-memory optimize_level=O1 --ms-memory max_size=1GB]   # mindspore.runtime.set_memory's options
+        [--profile-update 2]   # MindSpore's profiler over update phase 2: host CPU time per op type
 
 The final evaluation is skipped unless --final-eval (Breakout-v5 without a FIRE reset can wait out
 the ALE's 108,000-frame episode limit); the final checkpoint is written as usual.
@@ -86,6 +87,9 @@ def main():
                     help="diagnostic: Cell.compile the update-phase graph before its first call (compile vs run)")
     ap.add_argument("--ms-memory", action="append", default=[], metavar="KEY=VALUE",
                     help="diagnostic: mindspore.runtime.set_memory(KEY=VALUE, ...) before anything is built")
+    ap.add_argument("--profile-update", type=int, metavar="K",
+                    help="diagnostic: MindSpore's profiler over update phase K (its kernels' time per op type, "
+                         "per minibatch; the phase runs slower under it)")
     a = ap.parse_args()
 
     SAMPLER.start()
@@ -173,7 +177,7 @@ def main():
                  f"buffer arrays {info['buffer_bytes'] / MIB:.1f} MiB")
         else:
             mark(f"rollout {k} collected")
-        stats = orig_train(self, buf)
+        stats = profiled(self, lambda: orig_train(self, buf), info) if k == a.profile_update else orig_train(self, buf)
         mark(f"update {k} done", f"{self.n_updates} optimizer steps so far")
         return stats
     ppo_mod.PPO.train = train
@@ -212,9 +216,46 @@ def main():
     info["msrl_version"] = msrl_consistent.__version__
     info["fastcall_active"] = fastcall.ACTIVE
     report(info)
+    print_profile(info.get("update_profile"))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"stages": STAGES, "info": info}, f, indent=2)
+
+
+def profiled(algo, run, info):
+    """``run()`` (an update phase of ``algo``) under mindspore.Profiler (host CPU op times) -> its
+    result; info["update_profile"] gets the wall time, the minibatches and each op type's total
+    kernel time in ms."""
+    import csv
+    import glob
+
+    import mindspore as ms
+    out = tempfile.mkdtemp(prefix="breakout-profile-")
+    prof = ms.Profiler(start_profile=False, output_path=out)
+    prof.start()
+    t0, steps = time.perf_counter(), algo.n_updates
+    result = run()
+    wall = time.perf_counter() - t0
+    prof.stop()
+    prof.analyse()
+    ops = {}
+    for path in glob.glob(os.path.join(out, "**", "cpu_op_type_info_*.csv"), recursive=True):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                ops[row["op_type"]] = ops.get(row["op_type"], 0.0) + float(row["total_compute_time"])
+    info["update_profile"] = {"wall_s": wall, "minibatches": algo.n_updates - steps, "op_ms": ops, "output": out}
+    return result
+
+
+def print_profile(p):
+    if not p:
+        return
+    n = max(p["minibatches"], 1)
+    total = sum(p["op_ms"].values())
+    print(f"\nupdate phase under the profiler: {p['wall_s']:.3f} s for {n} minibatches; kernels {total / n:.1f} ms "
+          "per minibatch:")
+    for op, ms_ in sorted(p["op_ms"].items(), key=lambda kv: -kv[1])[:15]:
+        print(f"  {op:22s} {ms_ / n:7.2f} ms  {100 * ms_ / total:5.1f} %")
 
 
 def set_memory(ms, options):
