@@ -166,18 +166,16 @@ class MatMulConv2d(nn.Cell):
         self.matmul = ops.MatMul()  # its gradient uses MatMul's transpose flags, no Transpose kernels
 
     def to_blocks(self, x):
-        """The layer's input -> its space-to-depth blocks, one row per sample (B, hb * wb * C*s*s):
-        a Transpose, pure data movement. PPO's rollout buffer stores the first layer's (ImageEncoder.stored),
-        so its update does not transpose the same frames again at every epoch."""
+        """The layer's input -> its space-to-depth blocks (B, hb, wb, C*s*s): a Transpose, pure data
+        movement. PPO's rollout buffer stores the first layer's, flattened (ImageEncoder.stored), so
+        its update does not transpose the same frames again at every epoch."""
         if self.crop is not None:
             x = self.crop(x)
-        return ops.transpose(x.reshape(self.blocks), self.perm).reshape((x.shape[0], -1))
+        return ops.transpose(x.reshape(self.blocks), self.perm).reshape(self.flat_blocks)
 
     def construct(self, x):
-        """``x``: the layer's input (4-D), or its blocks as ``to_blocks`` gives them (2-D)."""
-        if x.ndim != 2:
-            x = self.to_blocks(x)
-        x = x.reshape(self.flat_blocks)
+        """``x``: the layer's input (4-D), or its blocks flattened, one row per sample (2-D)."""
+        x = x.reshape(self.flat_blocks) if x.ndim == 2 else self.to_blocks(x)
         if self.windows is not None:
             x = self.windows(x)
         w = ops.transpose(self.weight.reshape(self.w_blocks), (2, 4, 1, 3, 5, 0)).reshape((self.cols, self.c_out))
@@ -351,8 +349,8 @@ class ImageEncoder(nn.Cell):
         rather than at every epoch of the update), or the frames flattened (conv2d)."""
         x = x.reshape(self.out_shape)
         if self.nhwc_out:
-            return self.convs[0].to_blocks(x)
-        return x.reshape((x.shape[0], -1))
+            x = self.convs[0].to_blocks(x)
+        return x.reshape((-1, self.stored_dim))
 
     def trunk(self, x):
         """Preprocessed frames (``preprocess``'s output, 4-D) or ``stored`` rows (2-D) -> features:
