@@ -257,15 +257,15 @@ def test_image_preprocessing_inside_the_cell_matches_numpy():
                           enc_hwc(Tensor(frames.reshape(2, -1).astype(np.float32))).asnumpy())
 
 
-@pytest.mark.parametrize("shape, kw, exact, differs", [
-    ((210, 160, 3), dict(grayscale=True, resize=[84, 84], cnn="nature"), (8, 4, 1), ()),  # Breakout's
-    ((32, 24, 3), dict(resize=[16, 12]), (8, 4, 1), ()),
-    ((3, 32, 24), {}, (8, 4, 1), ()),
-    ((32, 24, 3), dict(grayscale=True, resize=[16, 12]), (8, 4), (1,))])  # the gray MatMul of 768 pixels
-def test_a_frame_preprocessed_alone_is_checked_against_its_stack(shape, kw, exact, differs):
+@pytest.mark.parametrize("shape, kw", [
+    ((210, 160, 3), dict(grayscale=True, resize=[84, 84], cnn="nature")),  # Breakout's
+    ((32, 24, 3), dict(resize=[16, 12])),
+    ((3, 32, 24), {})])
+def test_a_frame_preprocessed_alone_is_checked_against_its_stack(shape, kw):
     # the frame-wise rollout preprocesses only the newest frame and reuses the k - 1 earlier ones,
     # where frame_wise_exact finds each frame's bits alone equal to its bits in the stack, compiled
-    # as the rollout compiles it; it finds the sizes where a MatMul kernel rounds otherwise
+    # as the rollout compiles it (batches 8, 4, 1 on the machines measured; a MatMul kernel that
+    # rounds otherwise at some size only turns the frame-wise rollout off); a frame one ulp off is found
     from dataclasses import replace
 
     from msrl_consistent.determinism import configure_mindspore
@@ -274,11 +274,18 @@ def test_a_frame_preprocessed_alone_is_checked_against_its_stack(shape, kw, exac
     spec = replace(space_spec(spaces.Box(0, 255, shape, np.uint8), spaces.Discrete(4)), frame_stack=3)
     enc = ImageEncoder(np.random.default_rng(0), spec, **dict(dict(cnn="small", grayscale=False, resize=None,
                                                                     ortho=True), **kw))
-    assert frame_wise_exact(enc, exact)
-    for b in differs:
-        assert not frame_wise_exact(enc, [b])
+    assert frame_wise_exact(enc, (8, 4, 1))
     zeros = enc.preprocess_frame(Tensor(np.zeros((2, int(np.prod(shape))), np.uint8))).asnumpy()
     assert zeros.shape == (2, enc.out_shape[1] // 3) + enc.out_shape[2:] and not zeros.any()  # the carry's reset
+
+    class OneUlpOff(ImageEncoder):
+        def preprocess_frame(self, x):
+            y = super().preprocess_frame(x)
+            return y * (1.0 + 2.0 ** -23) + 2.0 ** -30  # nonzero values move by one ulp, zeros by 2^-30
+
+    off = OneUlpOff(np.random.default_rng(0), spec, **dict(dict(cnn="small", grayscale=False, resize=None,
+                                                                 ortho=True), **kw))
+    assert not frame_wise_exact(off, (8,))
 
 
 def test_nature_cnn_refuses_small_images_and_grayscale_needs_rgb():
