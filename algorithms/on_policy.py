@@ -256,8 +256,12 @@ class Rollouts:
                     idx = np.nonzero(trunc & ~term)[0]
                     if idx.size:
                         # the whole batch: one graph shape (a subset would compile a graph per size)
-                        final = envs.join(finals) if frames is not None else owner.values_of(real_next) \
-                            if carry is None else carry.final_values(owner._value_fn, real_next)
+                        if frames is not None:
+                            final = envs.join(finals)
+                        elif carry is None:
+                            final = owner.values_of(real_next)
+                        else:
+                            final = carry.final_values(owner._value_fn, real_next)
                         buf.set_final_values(t, idx, final[idx])
                     for m in members:
                         m.num_timesteps += n * world
@@ -272,8 +276,12 @@ class Rollouts:
                 for i, m in enumerate(members):
                     if m.obs_rms is not None:  # every rank's rollout, merged in rank order
                         m.obs_rms.update(m.dist.allgather(buf.obs[:, i * n:(i + 1) * n]))
-                last = envs.join([frame_values(g, o) for g, o in enumerate(gobs)]) if frames is not None else \
-                    owner.values_of(obs) if carry is None else carry.values(owner._value_fn, obs)
+                if frames is not None:
+                    last = envs.join([frame_values(g, o) for g, o in enumerate(gobs)])
+                elif carry is None:
+                    last = owner.values_of(obs)
+                else:
+                    last = carry.values(owner._value_fn, obs)
                 buf.compute(last, *owner.gae())
                 stats = owner.train_members(buf)
                 for m in members:

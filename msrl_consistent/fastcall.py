@@ -80,13 +80,14 @@ class FastCall:
         key = tuple((tuple(a.shape), a.dtype) for a in args)
         phase: Optional[str] = self._phases.get(key)
         if phase is None:
-            if ms.get_context("mode") == ms.GRAPH_MODE:
+            graph = ms.get_context("mode") == ms.GRAPH_MODE
+            if graph:
                 # compile, hand the compiler's freed heap back to the system, then run: the run's
                 # workspace then does not stack on top of the compilation's garbage (the peak RSS)
                 self.cell.compile(*args)
                 trim_heap()
             out = self.cell(*args)
-            if ms.get_context("mode") == ms.GRAPH_MODE:
+            if graph:
                 if _EXECUTOR is None:
                     _warn_once()
                 else:

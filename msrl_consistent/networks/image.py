@@ -46,9 +46,9 @@ def area_taps(n_out: int, n_in: int):
 
 class Crop(nn.Cell):
     """``x[:, b1:b1+n1, b2:b2+n2, b3:b3+n3]`` of a 4-D tensor (any batch size) as Gathers with constant
-    indices: one Gather over the merged dims 1 and 2 when dim 3 is kept whole (the conv windows,
-    each index copying a contiguous row), else one Gather per cropped dim. Not tensor indexing:
-    MindSpore 2.10's CPU StridedSlice is far slower than a Gather for the conv windows;
+    indices: one Gather over the merged dims 1 and 2 when dim 3 is kept whole (an NHWC layer's
+    unused rows and columns, each index copying a contiguous row), else one Gather per cropped
+    dim. Not tensor indexing: MindSpore 2.10's CPU StridedSlice is far slower than a Gather;
     not ops.slice: it needs the batch size, and -1 there exports to an ONNX Slice that drops the
     last row. Backward: ``dout`` zero-padded back to the input shape (Concats with zeros). Only training
     depends on the backward; the exported graph holds the Gathers (ONNX Gather)."""
@@ -56,9 +56,7 @@ class Crop(nn.Cell):
     def __init__(self, begin, size, full):
         super().__init__()
         b, n, f = [int(v) for v in begin], [int(v) for v in size], [int(v) for v in full]
-        # the backward: dout zero-padded back to the input shape, as Concats with zero blocks (the
-        # same values as ops.pad, whose CPU PadV3 kernel is an order of magnitude slower)
-        self.zero_pads = tuple((d, b[d], f[d] - b[d] - n[d]) for d in (1, 2, 3) if n[d] != f[d])
+        self.zero_pads = crop_pads(b, n, f)
         self.flat = b[3] == 0 and n[3] == f[3]
         self.idx1 = self.idx2 = self.idx3 = None
         if self.flat:
@@ -86,6 +84,13 @@ class Crop(nn.Cell):
         return (zero_pad(dout, self.zero_pads),)
 
 
+def crop_pads(begin, size, full) -> tuple:
+    """The (dim, before, after) zero blocks that pad a crop of dims 1-3 back to ``full`` (its
+    backward): Concats with zero blocks, the same values as ops.pad, whose CPU PadV3 kernel is an
+    order of magnitude slower."""
+    return tuple((d, begin[d], full[d] - begin[d] - size[d]) for d in (1, 2, 3) if size[d] != full[d])
+
+
 def zero_pad(g, pads):
     """``g`` zero-padded by ``pads`` ((dim, before, after), ...): Concats with zero blocks."""
     for d, before, after in pads:
@@ -110,8 +115,7 @@ class Windows(nn.Cell):
         rows = [(i + a) * wb + (j + b) for i in range(oh) for j in range(ow) for a in range(m) for b in range(m)]
         self.rows = Tensor(np.asarray(rows, np.int32))
         self.merged, self.out_shape, self.f = (-1, hb * wb, f), (-1, oh, ow, m * m * f), f
-        self.pads = [tuple((d, before, full - before - n) for d, before, n, full in
-                           ((1, a, oh, hb), (2, b, ow, wb)) if n != full) for a in range(m) for b in range(m)]
+        self.pads = [crop_pads((0, a, b, 0), (0, oh, ow, f), (0, hb, wb, f)) for a in range(m) for b in range(m)]
 
     def construct(self, x):
         return ops.gather(x.reshape(self.merged), self.rows, 1).reshape(self.out_shape)
