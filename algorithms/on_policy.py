@@ -154,7 +154,7 @@ class Rollouts:
         stored = m0.rollout_features
         obs_dtype = np.dtype(np.float32 if stored else spec.input_dtype)
         carry = Carry(n, m0.state_dim) if m0.state_dim else None
-        frames = FrameCarry(n, stored, m0.rollout_cell.frame_width, spec) if m0.frame_wise else None
+        frames = FrameCarry(n, stored, m0.rollout_cell.frame_width, spec.frame_stack) if m0.frame_wise else None
         if carry is None:
             buf = RolloutBuffer(m0.n_steps, k * n, stored or spec.obs_dim, act_shape, spec.discrete, obs_dtype)
         else:
@@ -163,8 +163,10 @@ class Rollouts:
         world = m0.dist.world  # num_timesteps counts every rank's steps
         first = envs.reset([m.env_seed() for m in members])
         gobs = [first[c] for c in envs.cols] if envs.overlap else [first]  # each group's current rows
-        # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed), per group
-        stacks = [FrameStack(spec.frame_stack, spec.frame_dim) for _ in gobs] if spec.frame_stack > 1 else None
+        # k > 1: the rows the cells see are the k latest observations (deploy.FrameStack, as deployed), per
+        # group; frame-wise, the cell takes the newest raw frame and the carry holds the k - 1 before it
+        stacks = [FrameStack(spec.frame_stack, spec.frame_dim) for _ in gobs] \
+            if spec.frame_stack > 1 and frames is None else None
         if stacks is not None:
             gobs = [s.reset(o) for s, o in zip(stacks, gobs)]
         episodes = EpisodeTally(runs, n, envs.reports_games)
@@ -204,8 +206,8 @@ class Rollouts:
             return (o if rows is None else rows, a, logp, v)
 
         def frame_values(g: int, o: np.ndarray) -> np.ndarray:
-            """Frame-wise: the values of group g's stacked rows ``o`` from the acting graph (its value
-            output, zero noise; the carry, before it steps, holds their earlier frames): the bits of
+            """Frame-wise: the values of group g's observations ``o`` (newest raw frames) from the acting
+            graph (its value output, zero noise; the carry, before it steps, holds their earlier frames): the bits of
             the value graph's (tested), without compiling it (its memory: docs/benchmarks.md)."""
             out = owner._rollout_fn(*frames.inputs(o, zeros[g], envs.cols[g])).asnumpy()
             return unpack_rollout(out, act_shape, spec.discrete)[3]
@@ -340,18 +342,19 @@ class Carry:
 class FrameCarry:
     """The host side of a frame-wise rollout (``frame_wise``): per env the k - 1 most recent
     frames as the rollout cell preprocessed them (oldest first, flattened, ``frame_width``
-    values each), which it takes with the newest raw frame. It follows the loop's
-    deploy.FrameStack: zeros at the start and where an episode ended (the stack's zero frames
-    preprocess to zeros), then each step's new frame (the rollout cell's last output) after the
-    k - 2 before it. ``cols``: the env columns of the group that acts or stepped."""
+    values each), which it takes with the newest raw frame. It stands in for the loop's
+    deploy.FrameStack of raw frames and gives the cell the same rows: zeros at the start and where
+    an episode ended (the stack's zero frames preprocess to zeros), then each step's new frame (the
+    rollout cell's last output) after the k - 2 before it. ``cols``: the env columns of the group
+    that acts or stepped."""
 
-    def __init__(self, n_envs: int, stored_width: int, frame_width: int, spec):
-        self.raw = spec.frame_dim  # one raw frame of the stacked observation row, its last
+    def __init__(self, n_envs: int, stored_width: int, frame_width: int, frame_stack: int):
         self.stored, self.width = stored_width, frame_width
-        self.previous = np.zeros((n_envs, frame_width * (spec.frame_stack - 1)), np.float32)
+        self.previous = np.zeros((n_envs, frame_width * (frame_stack - 1)), np.float32)
 
-    def inputs(self, obs: np.ndarray, noise: np.ndarray, cols: np.ndarray) -> tuple:
-        return Tensor(np.ascontiguousarray(obs[:, -self.raw:])), Tensor(self.previous[cols]), Tensor(noise)
+    def inputs(self, frames: np.ndarray, noise: np.ndarray, cols: np.ndarray) -> tuple:
+        """``frames``: the newest raw frame of each env of ``cols``."""
+        return Tensor(np.ascontiguousarray(frames)), Tensor(self.previous[cols]), Tensor(noise)
 
     def acted(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """``rows``: the rollout cell's [stored rows | new frame] -> the stored rows."""
