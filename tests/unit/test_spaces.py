@@ -333,13 +333,13 @@ def test_matmul_convs_equal_conv2d(cnn, shape, resize):
 
 @pytest.mark.parametrize("m,oh,ow,f", [(2, 9, 9, 128), (3, 7, 7, 64), (2, 20, 20, 64), (3, 4, 6, 5)])
 def test_conv_windows_equal_crops_and_concat_forward_and_backward(m, oh, ow, f):
-    """networks.image.Windows (one Gather; its backward written out) against the m*m Crops and a
+    """networks.conv.Windows (one Gather; its backward written out) against the m*m Crops and a
     Concat under autodiff: the same windows, and the same input gradient, bit for bit (NatureCNN's
     three layers' sizes among them)."""
     import mindspore as ms
     from mindspore import nn, ops
 
-    from msrl_consistent.networks.image import Crop, Windows
+    from msrl_consistent.networks.conv import Crop, Windows
     hb, wb = oh + m - 1, ow + m - 1
 
     class CropsConcat(nn.Cell):
@@ -367,6 +367,37 @@ def test_conv_windows_equal_crops_and_concat_forward_and_backward(m, oh, ow, f):
     assert ya.shape == (3, oh, ow, m * m * f) and np.array_equal(ya, yb)
     ga, gb = (ms.jit(ops.grad(Loss(c), 0))(x, r).asnumpy() for c in cells)
     assert np.abs(gb).max() > 0 and np.array_equal(ga, gb)
+
+
+@pytest.mark.parametrize("rows,c", [(102400, 32), (20736, 64), (12544, 64), (3, 5)])
+def test_conv_bias_add_has_the_broadcast_adds_values_and_gradients(rows, c):
+    """networks.conv.BiasAdd (the MatMul convolutions' bias) against ``x + b`` under autodiff: the same
+    sums and the same gradients of x and b, bit for bit, at NatureCNN's three layers' sizes at
+    batch 256."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from msrl_consistent.networks.conv import BiasAdd
+
+    class Plus(nn.Cell):
+        def construct(self, x, b):
+            return x + b
+
+    class Loss(nn.Cell):
+        def __init__(self, cell):
+            super().__init__()
+            self.cell = cell
+
+        def construct(self, x, b, r):
+            return (self.cell(x, b) * r).sum()
+
+    rng = np.random.default_rng(5)
+    x, b, r = (Tensor(rng.standard_normal(s).astype(np.float32)) for s in ((rows, c), (c,), (rows, c)))
+    ya, yb = (cell(x, b).asnumpy() for cell in (BiasAdd(), Plus()))
+    assert np.array_equal(ya, yb)
+    (gxa, gba), (gxb, gbb) = ([g.asnumpy() for g in ms.jit(ops.grad(Loss(cell), (0, 1)))(x, b, r)]
+                              for cell in (BiasAdd(), Plus()))
+    assert np.abs(gbb).max() > 0 and np.array_equal(gxa, gxb) and np.array_equal(gba, gbb)
 
 
 @pytest.mark.parametrize("shape,impl", [((84, 84, 3), "matmul"), ((90, 87, 3), "matmul"), ((84, 84, 3), "conv2d")])
