@@ -8,7 +8,7 @@ compiles).
 ``policy.conv_impl`` 'conv2d' is nn.Conv2d (MindSpore's CPU Conv2D: oneDNN 3.10 picks its
 ``jit_uni_ncsp:conv+ref:any`` implementation for the forward and backward-data passes on this
 AVX-512 machine, hundreds of ms per layer, see docs/benchmarks.md); 'matmul' is
-networks.conv.MatMulConv2d (Slice / Transpose / Concat / MatMul, the same parameters).
+networks.conv.MatMulConv2d (Transpose / Gather / MatMul / BiasAdd, the same parameters).
 
     python benchmarks/cnn_step_cost.py [--batches 32 256] [--impls matmul conv2d] [--no-torch]
     python benchmarks/cnn_step_cost.py --impls matmul --no-torch --against-rev 9676cb6   # A/B, one process

@@ -109,15 +109,16 @@ class BiasAdd(nn.Cell):
 
 
 class MatMulConv2d(nn.Cell):
-    """A 'valid' convolution whose kernel size is a multiple of its stride, as Gather / Reshape /
-    Transpose / Concat and one MatMul: what NatureCNN's 8x8/4, 4x4/2 and 3x3/1 layers (and the
+    """A 'valid' convolution whose kernel size is a multiple of its stride, as Reshape / Transpose /
+    Gather, one MatMul and a BiasAdd: what NatureCNN's 8x8/4, 4x4/2 and 3x3/1 layers (and the
     'small' trunk's 4x4/4, 2x2/2) compute, many times faster than MindSpore 2.10's CPU Conv2D
     (figures: docs/benchmarks.md, from benchmarks/cnn_step_cost.py), equal to it within float32
     rounding.
 
     Space-to-depth by the stride s turns the input into (B, H/s, W/s, C*s*s) blocks; the conv is
     then an m x m, stride-1 conv over blocks (m = kernel / s), i.e. the m*m shifted block windows
-    concatenated (im2col, Gathers: see Crop) times the weight as a matrix. The parameters are
+    side by side (im2col, one Gather: Windows; unused rows and columns dropped first: Crop) times the
+    weight as a matrix. The parameters are
     nn.Conv2d's: ``weight`` (out, in, k, k) and ``bias`` (out,), the same names, shapes and init, so a checkpoint fits
     either implementation; the weight is rearranged to the matrix inside the graph. Input NCHW
     (``nchw_in``, the first layer) or NHWC; output NHWC (ImageEncoder transposes the last layer's
