@@ -25,6 +25,7 @@ from msrl_consistent.deploy.recurrent import RecurrentState
 from msrl_consistent.determinism import configure_mindspore, params_sha256, seed_everything
 from msrl_consistent.distributed import current as current_dist
 from msrl_consistent.envs import env_spec
+from msrl_consistent.envs.recipe import recipe
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks.agents import named_parameters
@@ -60,6 +61,8 @@ class Algorithm:
         self.stop_requested: Optional[int] = None
         self.signals: Optional[StopOnSignals] = None
         self.spec = env_spec(cfg.env)
+        self.env_recipe = recipe(cfg.env)
+        """What the run records of its environment (summary.json, checkpoints, the export's manifest)."""
         self.agent = self.agent_cls(cfg, self.spec, self.rng)  # identical initial weights on every rank
         if self.dist.rank > 0:  # data-parallel ranks draw their own noise (env seeds: env_seed())
             self.rng = np.random.default_rng([cfg.seed, self.dist.rank])
@@ -85,6 +88,15 @@ class Algorithm:
 
     def learn_loop(self, run: RunContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def timestep_unit(self) -> int:
+        """The steps the loop adds at once (a vector step of every rank's envs)."""
+        return self.cfg.env.n_envs * self.dist.world
+
+    def trained_timesteps(self) -> int:
+        """total_timesteps rounded up to whole units: the step count the run ends at."""
+        unit = self.timestep_unit()
+        return -(-self.cfg.total_timesteps // unit) * unit
 
     # -- acting ------------------------------------------------------------------------
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
@@ -142,6 +154,7 @@ class Algorithm:
             "numpy_rng": self.rng.bit_generator.state,
             "world": self.dist.world,
             "config": to_dict(self.cfg),
+            "env_recipe": self.env_recipe,
             "msrl_version": msrl_consistent.__version__,
             "mindspore_version": ms.__version__,
             "params_sha256": self.params_hash(),

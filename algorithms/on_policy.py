@@ -82,6 +82,10 @@ class OnPolicyAlgorithm(Algorithm):
     distribution: Distribution
     """The action distribution (set in ``build``): its ``noise`` is what the rollout graph samples with."""
 
+    def timestep_unit(self) -> int:
+        """A whole rollout: n_steps vector steps of every rank's envs."""
+        return self.n_steps * super().timestep_unit()
+
     def sample_noise(self, n: int) -> np.ndarray:
         """Host-side noise for ``n`` rows of the rollout graph, from the run's Generator."""
         return self.distribution.noise(self.rng, n)

@@ -64,9 +64,9 @@ def sb3_worker(args):
     cfg = load_cfg(args.config)
     env, pol, algo = cfg.get("env", {}), cfg.get("policy", {}), cfg.get("algo", {})
     if "NoVel" in env.get("id", ""):
-        import msrl_consistent.masked_envs  # noqa: F401  (registers the velocity-masked tasks; gymnasium only)
+        import msrl_consistent.envs.masked  # noqa: F401  (registers the velocity-masked tasks; gymnasium only)
     if env.get("id", "").startswith("MultiSensorReach"):
-        import msrl_consistent.sensor_envs  # noqa: F401  (registers the several-sensor task; gymnasium only)
+        import msrl_consistent.envs.sensors  # noqa: F401  (registers the several-sensor task; gymnasium only)
     algo_cls, policy_name = PPO, "MlpPolicy"
     if pol.get("recurrent"):  # sb3-contrib's RecurrentPPO, its default layout: separate actor and critic LSTMs
         from sb3_contrib import RecurrentPPO

@@ -16,6 +16,7 @@ from msrl_consistent.deploy import SCHEMA_VERSION, file_sha256
 from msrl_consistent.deploy.graph_io import inputs_io, multi_input
 from msrl_consistent.deploy.recurrent import state_io
 from msrl_consistent.deploy.sampling import distribution_io
+from msrl_consistent.envs.recipe import recipe
 
 from .onnx import INPUT_NAME, OUTPUT_NAME
 
@@ -47,7 +48,7 @@ def staging(out_dir: str) -> Iterator[str]:
 
 
 def build_manifest(tmp: str, run_dir: str, reference, graph, info: "mf.ExportInfo", golden_count: int, counts: dict,
-                   sweep) -> "mf.Manifest":
+                   sweep, host: list) -> "mf.Manifest":
     """The manifest of the export staged in ``tmp``: every file's sha256, the run it came from, the
     graph's inputs and outputs (the SpaceSpec's, at the export's batch), the golden set's counts."""
     spec, state = reference.spec, reference.state_size
@@ -81,6 +82,8 @@ def build_manifest(tmp: str, run_dir: str, reference, graph, info: "mf.ExportInf
         precision_sweep=None if sweep is None else {  # the per-step drift stays in precision_sweep.json
             "file": "precision_sweep.md",
             "rows": [{k: v for k, v in r.items() if k != "state_error_per_step"} for r in sweep["rows"]]},
+        env_recipe=recipe(reference.cfg.env),
+        host_preprocessing=host or None,
     )
 
 

@@ -20,8 +20,9 @@ from msrl_consistent.deploy import FrameStack
 from msrl_consistent.deploy.graph_io import graph_inputs, multi_input, obs_inputs
 from msrl_consistent.deploy.sampling import GOLDEN_PREFIX
 from msrl_consistent.deploy.sequences import run_sequences
+from msrl_consistent.envs.recipe import host_wrappers, refuse_host_wrappers
 from msrl_consistent.episodes import run_episodes
-from msrl_consistent.runtime import TrainCellPolicy
+from msrl_consistent.runtime import TrainCellPolicy, provide_env
 
 from .bundle import GOLDEN_FILE, build_manifest, check_out_dir, staging, write_bundle
 from .writers import Graph, Options, parse_formats, plan, write_formats  # noqa: F401  (parse_formats: the CLI's)
@@ -136,11 +137,16 @@ def parse_outputs(text) -> tuple:
 def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, formats: Iterable[str] = ("mindir",),
                precision: str = "fp32", batch="dynamic", golden: int = 1024, force: bool = False,
                precision_sweep: bool = False, sweep_episodes: int = 10, outputs: Iterable[str] = ("action",),
-               **options: Any) -> mf.Manifest:
+               allow_host_wrappers: bool = False, env: Any = None, **options: Any) -> mf.Manifest:
     """Export a run's policy; returns the manifest. ``outputs``: ("action",) or ("action",
     "distribution"): the action distribution's parameters as further graph outputs
     (deploy.sampling). ``options``: the converters' (writers.Options: soc_version, precision_mode,
-    lite_target, lite_precision_mode, preflight_only)."""
+    lite_target, lite_precision_mode, preflight_only).
+
+    A run whose env.wrappers change observations or actions outside the policy cell is refused
+    (ConfigError naming them) unless ``allow_host_wrappers``; the manifest lists them either way
+    (``host_preprocessing``). ``env``: the Python object the run was trained on with
+    ``train(env=...)`` when it is not importable by name."""
     if precision not in ("fp32", "fp16"):
         raise ConfigError(f"--precision {precision!r}: expected fp32 or fp16")
     if golden < 1:
@@ -152,7 +158,12 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
     opts = Options(**options)
     formats = plan(formats, opts)
     check_out_dir(out_dir, force)
+    if env is not None:
+        provide_env(run_dir, env)
     reference = TrainCellPolicy(run_dir, checkpoint)
+    host = host_wrappers(reference.cfg.env)
+    if host and not allow_host_wrappers:
+        raise ConfigError(refuse_host_wrappers(run_dir, host))
     if "distribution" in outputs:
         reference.with_distribution()  # a deterministic policy: ConfigError before any work
     with staging(out_dir) as tmp:
@@ -167,7 +178,7 @@ def export_run(run_dir: str, out_dir: str, checkpoint: Optional[str] = None, for
         sweep = None
         if precision_sweep:
             sweep = write_sweep(tmp, run_dir, reference, arrays, graph.golden_batch, sweep_episodes)
-        manifest = build_manifest(tmp, run_dir, reference, graph, info, len(arrays["obs"]), counts, sweep)
+        manifest = build_manifest(tmp, run_dir, reference, graph, info, len(arrays["obs"]), counts, sweep, host)
         mf.write_manifest(tmp, manifest)
     return manifest
 

@@ -31,7 +31,7 @@ from msrl_consistent.deploy.check import distribution_criterion, distribution_su
 from msrl_consistent.directories import EXPORT, expect
 from msrl_consistent.episodes import run_episodes
 from msrl_consistent.export.exact import describe, float64_action_reference, float64_reference
-from msrl_consistent.runtime import TrainCellPolicy, load_policy
+from msrl_consistent.runtime import TrainCellPolicy, load_policy, provide_env
 
 FP16_MAX_RETURN_DROP = 0.05
 
@@ -82,10 +82,13 @@ def rollouts(exported, reference, env_cfg, episodes: int, seed: int, discrete: b
 
 
 def verify_export(export_dir: str, backend: str = REFERENCE, episodes: int = 20, seed: int = 0,
-                  atol: Optional[float] = None, write_report: bool = True, **backend_kwargs) -> dict:
+                  atol: Optional[float] = None, write_report: bool = True, env=None, **backend_kwargs) -> dict:
     """Run every check; returns the report (``report["passed"]``). Raises IntegrityError /
-    ConfigError for exit-2 conditions."""
+    ConfigError for exit-2 conditions. ``env``: the Python object the run was trained on with
+    ``train(env=...)`` when it is not importable by name (runtime.provide_env)."""
     expect(export_dir, EXPORT)
+    if env is not None:
+        provide_env(export_dir, env)
     if backend == "train":
         raise ConfigError("verify compares an export's backend with the training cell; choose a backend of the export")
     # validates the directory once (deploy.open_export): names, hashes, golden set; then loads the backend

@@ -106,7 +106,7 @@ def cmd_export(args) -> int:
                    soc_version=args.soc_version, precision_mode=args.precision_mode, force=args.force,
                    precision_sweep=args.precision_sweep, sweep_episodes=args.sweep_episodes,
                    lite_target=args.lite_target, lite_precision_mode=args.lite_precision_mode,
-                   preflight_only=args.preflight_only)
+                   preflight_only=args.preflight_only, allow_host_wrappers=args.allow_host_wrappers)
     if args.json:
         print(json.dumps(m.to_json()))
     else:
@@ -245,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "kernel thread on its own core (2 uses both cores of a 2-core machine)")
     t.add_argument("--total-timesteps", type=str, help="override total_timesteps (1e5 accepted)")
     t.add_argument("--run-dir", help="run directory (default runs/<algo>-<env>-seed<seed>-<timestamp>)")
+    t.add_argument("--env", metavar="ID", help="the environment (env.id): a registered id, module:EnvId or module.path:callable; "
+                   "with an algorithm name as CONFIG (msrl train sac --env Pendulum-v1) its defaults train on it")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (dotted), repeatable")
     t.add_argument("--device", choices=["CPU", "GPU", "Ascend"], help="MindSpore device target")
     t.add_argument("--quiet", action="store_true", help="no progress bar or messages")
@@ -278,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--out", required=True, help="export directory to create")
     x.add_argument("--checkpoint", help="checkpoint file (default: the run's final/latest one)")
     x.add_argument("--format", default="mindir", help=f"comma-separated, of {', '.join(FORMAT_NAMES)} (default mindir); "
-                                                      "lite and om convert actor.onnx (added when missing)")
+                                                      "lite and om convert actor.onnx (added when missing); actor.mindir "
+                                                      "is always written (verify's MindSpore reference)")
     x.add_argument("--precision", default="fp32", choices=["fp32", "fp16"],
                    help="fp16: the same cell computing in float16 with float32 input/output")
     x.add_argument("--batch", default="dynamic", help="fixed batch size N or 'dynamic' (default)")
@@ -294,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lite: the device the converted model is for (ascend writes [ascend_context])")
     x.add_argument("--lite-precision-mode", help="lite: explicit precision mode (default enforce_fp32)")
     x.add_argument("--force", action="store_true", help="replace an existing export directory")
+    x.add_argument("--allow-host-wrappers", action="store_true",
+                   help="export although env.wrappers change observations or actions outside the policy cell (the "
+                        "manifest lists them as host preprocessing the board must repeat)")
     x.add_argument("--precision-sweep", action="store_true",
                    help="also measure fp32 / fp16-matmul / fp16 emulations of the ATC and Lite precision modes "
                         "(golden-set error, return delta) into precision_sweep.md")
@@ -332,8 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--title", help="plot title (default: the algorithms and environments)")
     pl.set_defaults(func=cmd_plot)
 
+    from .envs.check import add_parser as add_check_env_parser
     from .lite_install import add_parser as add_lite_parser
     add_lite_parser(sub)
+    add_check_env_parser(sub)
 
     c = sub.add_parser("configs", help="list the shipped configs (usable by name: msrl train ppo/CartPole-v1)")
     c.add_argument("--json", action="store_true")

@@ -14,7 +14,7 @@ from .config import ConfigError
 
 def cmd_train(args) -> int:
     from .distributed import WORKER_ENV
-    from .training import default_run_dir, resolve
+    from .training import default_run_dir, resolve_with_origins
 
     if args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: expected a positive number of workers")
@@ -29,13 +29,13 @@ def cmd_train(args) -> int:
         raise ConfigError(f"--jobs {args.jobs} needs --seeds (it trains a population's members in that many "
                           f"processes; one run is --workers N)")
     if not args.config:
-        raise ConfigError("msrl train needs a CONFIG file or shipped config name (see `msrl configs`), "
-                         "or --resume RUN_DIR")
+        raise ConfigError("msrl train needs a CONFIG file, a shipped config name (see `msrl configs`) or an algorithm "
+                          "name with --env ID (msrl train ppo --env CartPole-v1), or --resume RUN_DIR")
     worker = bool(os.environ.get(WORKER_ENV))
     overrides = list(args.set or [])
     if args.device is not None:
         overrides.append(f"device={args.device}")
-    cfg = resolve(args.config, args.seed, args.total_timesteps, overrides)
+    cfg, origins = resolve_with_origins(args.config, args.seed, args.total_timesteps, overrides, args.env, _origin(args))
     from . import registry
     registry.get(cfg.algorithm).check_workers(cfg, args.workers)
     if cluster.nodes > 1 and not args.run_dir:
@@ -49,7 +49,14 @@ def cmd_train(args) -> int:
         created = not os.path.isdir(run_dir)
         os.makedirs(run_dir, exist_ok=True)
     with runlock.hold(run_dir, cluster.lock_file):  # a launcher's workers find it held for them
-        return _train_locked(args, cfg, run_dir, worker, created, cluster)
+        return _train_locked(args, cfg, origins, run_dir, worker, created, cluster)
+
+
+def _origin(args) -> str:
+    """The options that set config values, as errors name them."""
+    given = [("--set", args.set), ("--seed", args.seed), ("--total-timesteps", args.total_timesteps),
+             ("--device", args.device), ("--env", getattr(args, "env", None))]
+    return ", ".join(name for name, value in given if value is not None and value != []) or "--set"
 
 
 def _check_new(run_dir: str, cluster: Cluster) -> None:
@@ -64,10 +71,10 @@ def _check_new(run_dir: str, cluster: Cluster) -> None:
                           f"{cluster.node_rank} joins node 0's new run, or continues this one with --resume {run_dir}")
 
 
-def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool, cluster: Cluster) -> int:
-    from . import registry
+def _train_locked(args, cfg, origins, run_dir: str, worker: bool, created: bool, cluster: Cluster) -> int:
     from .checkpoint import atomic_write_text
     from .config import dump_config
+    from .training import build_algorithm, rounding_note
 
     if not worker:
         _check_new(run_dir, cluster)  # another process started it a moment ago
@@ -82,15 +89,16 @@ def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool, cluster:
     if worker:
         _init_worker(cfg)
     try:
-        algo = registry.get(cfg.algorithm)(cfg)
+        algo = build_algorithm(cfg, origins)
     except BaseException:
         # Nothing was trained (say, the environment's package is missing): leave no run directory
         # behind, so the same command works once the cause is fixed.
         if created and set(os.listdir(run_dir)) <= {"config.yaml", runlock.LOCK_FILE}:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
+    note = rounding_note(algo)
     return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
-                                             f"{cfg.total_timesteps} steps) -> {run_dir}")
+                                             f"{cfg.total_timesteps} steps{'; ' + note if note else ''}) -> {run_dir}")
 
 
 def _train_population(args) -> int:
@@ -115,7 +123,7 @@ def _train_population(args) -> int:
     overrides = list(args.set or [])
     if args.device is not None:
         overrides.append(f"device={args.device}")
-    cfg = resolve(args.config, None, args.total_timesteps, overrides)
+    cfg = resolve(args.config, None, args.total_timesteps, overrides, args.env, _origin(args))
     sweep = list(args.sweep or [])
     cls = population_class(cfg, seeds, args.workers, sweep)
     k = len(member_configs(cfg, member_settings(seeds, parse_sweep(sweep, cls.sweepable))))  # every member valid, before writing

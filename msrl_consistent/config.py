@@ -18,7 +18,8 @@ from typing import Any, Callable, ClassVar, Dict, List, Literal, Optional, Tuple
 import yaml
 
 from . import registry
-from .atari import AtariConfig
+from .configs import SHIPPED_PACKAGE, resolve_config, shipped_configs  # noqa: F401  (their home is the package of the configs)
+from .envs.atari import AtariConfig
 
 
 class ConfigError(ValueError):
@@ -36,9 +37,25 @@ RESIZE: Check = (lambda v: len(v) == 2 and all(x > 0 for x in v), "[height, widt
 
 # Sections shared by every algorithm --------------------------------------------------------
 @dataclass
+class WrapperConfig:
+    entry: str = ""
+    """The wrapper as module:Class (or module:factory taking the env first), e.g. gymnasium.wrappers:TimeAwareObservation."""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Its keyword arguments after the env."""
+
+
+@dataclass
 class EnvConfig:
     id: str = "CartPole-v1"
-    """gymnasium environment id."""
+    """A registered gymnasium id, module:EnvId (imports module, which registers it) or module.path:callable (a class or
+    factory returning a gymnasium.Env); the current directory is importable (docs/environments.md)."""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment's constructor (gymnasium.make's, or the callable's)."""
+    wrappers: List[WrapperConfig] = field(default_factory=list)
+    """gymnasium wrappers applied in order after make and before msrl's own: [{entry: module:Class, kwargs: {..}}];
+    those that change observations or actions are host preprocessing the board repeats (msrl export lists them)."""
+    packages: List[str] = field(default_factory=list)
+    """Modules imported before the environment is made (they register its id), as RL Zoo's --gym-packages."""
     n_envs: int = 1
     """Number of parallel environments in the training vector env."""
     vectorization: Literal["sync", "async"] = "sync"
@@ -175,6 +192,8 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in args) + " or null"
     if origin in (list, List):
         return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin in (dict, Dict):
+        return "a mapping"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -200,6 +219,16 @@ def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:  # noqa: C901  (o
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(f"{where}: key '{key}' has value {value!r}, expected {_type_name(tp)}{hint}")
         raise _bad(where, key, value, tp)
+    if origin in (dict, Dict):
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{where}: key '{key}' has value {value!r}, expected a mapping of names to values")
+        return {k: _coerce(v, typing.get_args(tp)[1], f"{key}.{k}", where) for k, v in value.items()}
+    if tp is Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, (list, tuple)):
+            return [_coerce(v, Any, f"{key}[{i}]", where) for i, v in enumerate(value)]
+        return _coerce(value, Dict[str, Any], key, where)
     if origin in (list, List):
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):
@@ -297,43 +326,6 @@ def validate_values(obj: Any, where: str, prefix: str = "") -> None:
 
 
 # Loading ---------------------------------------------------------------------------------------------
-SHIPPED_PACKAGE = "msrl_consistent.configs"
-"""The tuned configs ship as package data: ``<algorithm>/<env id>.yaml`` in this package."""
-
-
-def shipped_configs() -> Dict[str, str]:
-    """The shipped configs: name (``ppo/CartPole-v1``) -> file path, sorted by name."""
-    from importlib import resources
-
-    root = resources.files(SHIPPED_PACKAGE)
-    out = {}
-    for algo in sorted(root.iterdir(), key=lambda p: p.name):
-        if not algo.is_dir():
-            continue
-        for f in sorted(algo.iterdir(), key=lambda p: p.name):
-            if f.name.endswith(".yaml"):
-                out[f"{algo.name}/{f.name[:-len('.yaml')]}"] = str(f)
-    return out
-
-
-def resolve_config(name_or_path: str) -> str:
-    """A config file path: ``name_or_path`` itself when it exists, else the shipped config of
-    that name (``ppo/CartPole-v1``; a ``configs/`` prefix and a ``.yaml`` suffix are accepted,
-    so the README's ``configs/ppo/CartPole-v1.yaml`` works outside the source tree too)."""
-    if os.path.exists(name_or_path):
-        return name_or_path
-    name = name_or_path.replace(os.sep, "/")
-    name = name[len("configs/"):] if name.startswith("configs/") else name
-    name = name[:-len(".yaml")] if name.endswith(".yaml") else name
-    shipped = shipped_configs()
-    if name in shipped:
-        return shipped[name]
-    close = difflib.get_close_matches(name, list(shipped), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise ConfigError(f"config file not found: {name_or_path}, and no shipped config has that name{hint}; "
-                      f"shipped configs: {', '.join(shipped)}")
-
-
 def read_yaml(path: str) -> Dict[str, Any]:
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
@@ -379,10 +371,11 @@ def apply_overrides(data: Dict[str, Any], overrides: List[str], where: str = "--
     return data
 
 
-def load_config(path: Optional[str], overrides: Optional[List[str]] = None, data: Optional[Dict[str, Any]] = None) -> Config:
+def load_config(path: Optional[str], overrides: Optional[List[str]] = None, data: Optional[Dict[str, Any]] = None,
+                origin: str = "--set") -> Config:
     """Read, override and validate a config: ``path`` is a YAML file or the name of a shipped
     config (``ppo/CartPole-v1``, see :func:`shipped_configs`). Raises ConfigError with the file
-    and key named."""
+    and key named, and ``origin`` (where the overrides came from: ``--set``, ``train() arguments``)."""
     if data is None:
         if path is None:
             raise ConfigError("load_config needs a config path or name, or data")
@@ -390,8 +383,8 @@ def load_config(path: Optional[str], overrides: Optional[List[str]] = None, data
         data = read_yaml(path)
     where = path or "<config>"
     if overrides:
-        where = f"{where} (with --set)"
-        data = apply_overrides(data, overrides)
+        where = f"{where} (with {origin})"
+        data = apply_overrides(data, overrides, origin)
     return build_dataclass(Config, data, where)
 
 

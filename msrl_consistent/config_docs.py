@@ -7,8 +7,8 @@ import typing
 from typing import Any, Dict, List, Tuple, Type
 
 from . import registry
-from .atari import AtariConfig
 from .config import CheckpointConfig, Config, EnvConfig, EvalConfig, LogConfig, PolicyConfig, _type_name
+from .envs.atari import AtariConfig
 
 
 def field_docs(cls: Type) -> List[Tuple[str, str, Any, str]]:

@@ -21,9 +21,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from .atari import reports_games
 from .config import EnvConfig
 from .envs import make_vec_env, seed_vec_env, step_transitions
+from .envs.atari import reports_games
 
 
 def group_ranges(n_envs: int, pipeline: str) -> List[range]:

@@ -230,11 +230,14 @@ class RunContext:
             "steps_per_second": round(self.logger.steps_per_second(algo.num_timesteps), 2),
             "params_sha256": algo.params_hash(),
         }
+        if algo.num_timesteps != self.cfg.total_timesteps:
+            summary["total_timesteps"] = self.cfg.total_timesteps  # the loop trains whole rollouts or vector steps
         summary["n_updates"] = algo.n_updates
         summary["startup_s"] = None if self.startup_s is None else round(self.startup_s, 3)
         summary["first_update_s"] = None if self.first_update_s is None else round(self.first_update_s, 3)
         summary["phase_seconds"] = {k: round(v, 3) for k, v in self.phases.items()}
         summary["phase_seconds"]["other"] = round(wall - sum(self.phases.values()), 3)
+        summary["env_recipe"] = algo.env_recipe
         if self.mismatch:
             summary["mismatch"] = dict(sorted(self.mismatch.items()))
         if algo.dist.enabled:

@@ -44,6 +44,19 @@ class BackendUnavailable(MissingOptionalPackage, deploy.BackendUnavailable):
     """An optional backend package is not installed (the message names it and how to install it)."""
 
 
+def provide_env(path: str, env) -> None:
+    """Make ``env`` (a factory, class or gymnasium.Env instance) the environment of the run or
+    export at ``path`` in this process: for a run trained with ``train(env=...)`` on an object that
+    cannot be imported by name (envs.make.provide)."""
+    from .envs.make import provide
+
+    if directories.expect(path, directories.RUN, directories.EXPORT) == directories.EXPORT:
+        env_id = read_export(path, hashes=False, golden=False)[1].env_id
+    else:
+        env_id = read_run_config(path).env.id
+    provide(env_id, env)
+
+
 def read_run_config(run_dir: str):
     """The resolved config.yaml of a run directory, validated."""
     from .config import load_config
@@ -83,7 +96,7 @@ class TrainCellPolicy(Recordable, deploy.Policy):
 
         from . import checkpoint as ckpt
         from .determinism import configure_mindspore
-        from .envs import env_spec
+        from .envs.make import env_spec
         from .registry import build_agent
 
         cfg = read_run_config(run_dir)
@@ -162,7 +175,7 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
                 device: int = 0, target: str = "cpu", precision_mode: Optional[str] = None,
                 record: Optional[str] = None, record_limit: int = 100_000,
                 guard: bool = False, fallback: Optional[str] = "auto",
-                latency_budget_ms: Optional[float] = None, switch_after: int = 3) -> deploy.Policy:
+                latency_budget_ms: Optional[float] = None, switch_after: int = 3, env=None) -> deploy.Policy:
     """Load a policy from a run directory (backend 'train') or an export directory.
 
     ``guard=True`` (export directories): every action is checked finite and inside the action
@@ -175,7 +188,12 @@ def load_policy(path: str, backend: Optional[str] = None, checkpoint: Optional[s
     ``record=PATH`` writes every observation given to ``act`` and every action returned to the
     trace PATH (bounded by ``record_limit`` observations), tagged with the sha256 of the
     export's manifest.json (or of the run's checkpoint), for ``msrl replay``.
+
+    ``env``: the Python object a run was trained on with ``train(env=...)`` when it is not
+    importable by name (:func:`provide_env`); rollouts (``policy.env_config()``) then make it.
     """
+    if env is not None:
+        provide_env(path, env)
     policy: deploy.Policy
     exported = directories.expect(path, directories.RUN, directories.EXPORT) == directories.EXPORT
     backend = backend or (deploy.backends.REFERENCE if exported else "train")

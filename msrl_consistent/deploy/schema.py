@@ -87,6 +87,12 @@ class Manifest:
     """File name -> sha256 of every artifact."""
     golden: GoldenInfo
     precision_sweep: Optional[Dict[str, Any]] = None
+    env_recipe: Optional[Dict[str, Any]] = None
+    """What the environment was made from (msrl_consistent.envs.recipe): id or entry point, kwargs,
+    wrappers, the modules' versions or file sha256, gymnasium's version."""
+    host_preprocessing: Optional[List[Any]] = field(default=None, metadata={"json": "list"})
+    """The env.wrappers that change observations or actions outside the graph: each {entry, kwargs,
+    kind}, in the order the board must apply them around every call."""
 
     def to_json(self) -> Dict[str, Any]:
         """The JSON object manifest.json holds (fields whose default is None left out when None)."""

@@ -11,9 +11,9 @@ from helpers import board, om_behind_onnx, run_doc_python
 
 from msrl_consistent.cli import main
 from msrl_consistent.deploy import Export, ExportError
+from msrl_consistent.envs.sensors import MultiSensorReach
 from msrl_consistent.export.verify import verify_export
 from msrl_consistent.runtime import load_policy
-from msrl_consistent.sensor_envs import MultiSensorReach
 
 INPUTS = [{"name": "obs_camera", "keys": ["camera"], "shape": [None, 16, 16, 3], "dtype": "uint8"},
           {"name": "obs", "keys": ["position"], "shape": [None, 2], "dtype": "float32"}]

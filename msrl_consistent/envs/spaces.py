@@ -1,29 +1,13 @@
-"""gymnasium vector envs: construction, space checks, seeding, autoreset handling.
-
-The vector envs run in gymnasium's SAME_STEP autoreset mode: the step that ends an
-episode returns the first observation of the next one and puts the true final
-observation in ``info["final_obs"]``. :func:`step_transitions` turns that into
-transitions that never span two episodes: ``next_obs`` is the true final observation for
-every ended sub-env, so truncated episodes bootstrap from it and terminated ones do not
-(their ``terminated`` flag zeroes the bootstrap).
-"""
+"""What the policy cell sees of an environment's spaces: the supported gymnasium spaces as a
+:class:`~msrl_consistent.deploy.spaces.SpaceSpec` (a clear refusal of the others), and a batch of
+observations as the cell's float32 rows."""
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Optional, Sequence, Union
-
-import gymnasium as gym
 import numpy as np
 
-from . import (
-    atari,
-    masked_envs,  # noqa: F401  (registers CartPoleNoVel-v1, PendulumNoVel-v1)
-    sensor_envs,  # noqa: F401  (registers MultiSensorReach-v0 and its one-sensor views)
-)
-from .config import ConfigError, EnvConfig
-from .deploy import MaxAndSkip
-from .deploy.fields import PIXEL_VALUES, image_key, row_order
-from .deploy.spaces import SpaceSpec
+from ..config import ConfigError
+from ..deploy.fields import PIXEL_VALUES, image_key, row_order
+from ..deploy.spaces import SpaceSpec
 
 
 def space_spec(observation_space, action_space, env_id: str = "") -> SpaceSpec:  # noqa: C901  (one branch per gymnasium space kind, each with its refusal)
@@ -134,122 +118,3 @@ def flat_obs(obs, n: int) -> np.ndarray:
     if arr.dtype == np.uint8:  # an image: the raw frame is the cell's input
         return arr.reshape(n, -1)
     return np.asarray(arr, dtype=np.float32).reshape(n, -1)
-
-
-def make_env(env_cfg: EnvConfig, render_mode: Optional[str] = None, training: bool = False):
-    """One gymnasium env; unknown ids become a ConfigError naming the id. ``training``: a training
-    env (``env.atari``'s life-loss episodes and reward clipping apply to those only)."""
-    if env_cfg.id.startswith("ALE/") or "NoFrameskip" in env_cfg.id:
-        from .optional import ATARI_INSTALL, require
-        ale_py = require("ale_py", f"environment {env_cfg.id!r} (Atari)", ATARI_INSTALL)
-        gym.register_envs(ale_py)
-    kwargs = {}
-    if env_cfg.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = env_cfg.max_episode_steps
-    if render_mode:
-        kwargs["render_mode"] = render_mode
-    skip = int(getattr(env_cfg, "max_and_skip", 1) or 1)
-    if skip > 1 and env_cfg.id.startswith("ALE/"):
-        kwargs["frameskip"] = 1  # the ALE renders every frame; MaxAndSkipEnv repeats and pools
-    try:
-        env = gym.make(env_cfg.id, **kwargs)
-        return atari.wrap(env, env_cfg.atari, env_cfg.id, lambda e: MaxAndSkipEnv(e, skip) if skip > 1 else e,
-                          training)
-    except gym.error.Error as exc:
-        raise ConfigError(f"key 'env.id' has value {env_cfg.id!r}: {exc}") from None
-    except atari.Unsupported as exc:
-        raise ConfigError(str(exc)) from None
-    except ImportError as exc:
-        raise ConfigError(f"environment {env_cfg.id!r} needs a package that is not installed: {exc} "
-                          f"(for MuJoCo environments: pip install -e .[mujoco])") from None
-
-
-class MaxAndSkipEnv(gym.Wrapper):
-    """``env.max_and_skip`` k > 1: every action repeated k times, rewards summed, the observation
-    the pixel-wise max of the last two frames (deploy.MaxAndSkip, the code a deployment loop
-    calls too)."""
-
-    def __init__(self, env, skip: int):
-        super().__init__(env)
-        self.max_and_skip = MaxAndSkip(skip)
-
-    def step(self, action):
-        return self.max_and_skip.repeat(self.env.step, action)
-
-
-def make_vec_env(env_cfg: EnvConfig, n_envs: Optional[int] = None):
-    """A gymnasium vector env in SAME_STEP autoreset mode (sync or async)."""
-    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-
-    n = n_envs or env_cfg.n_envs
-    probe = make_env(env_cfg)  # fail early with a clear error on bad ids/spaces
-    space_spec(probe.observation_space, probe.action_space, env_cfg.id)
-    probe.close()
-    fns = [lambda cfg=env_cfg: make_env(cfg, training=True) for _ in range(n)]
-    cls = AsyncVectorEnv if env_cfg.vectorization == "async" else SyncVectorEnv
-    return cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
-
-
-def seed_vec_env(venv, seed: Union[int, Sequence[int]]) -> np.ndarray:
-    """Reset with per-env seeds seed+i and seed the action spaces; returns the first observations.
-    A population's envs (one seed per member, its envs side by side): member j's envs get its
-    seed + i, as its own run's would."""
-    seeds = [seed] if isinstance(seed, (int, np.integer)) else list(seed)
-    n = venv.num_envs
-    obs, _ = venv.reset(seed=[s + i for s in seeds for i in range(n // len(seeds))])
-    venv.action_space.seed(seeds[0])
-    venv.single_action_space.seed(seeds[0])
-    return flat_obs(obs, n)
-
-
-def step_transitions(venv, actions: np.ndarray):
-    """Step the vector env. Returns (obs_for_next_step, reward, terminated, truncated,
-    real_next_obs, games).
-
-    ``real_next_obs`` equals ``obs_for_next_step`` except where a sub-env's episode ended:
-    there it is the true final observation of the ended episode (from ``info['final_obs']``).
-    ``games`` (n, 2) float64: the raw score and length of a whole game that ended at this step
-    (atari.GameMonitor, a training env whose episodes are lives), NaN in rows where none did.
-    """
-    obs, reward, terminated, truncated, info = venv.step(actions)
-    n = venv.num_envs
-    obs = flat_obs(obs, n)
-    real_next = obs
-    games = np.full((n, 2), np.nan)
-    if "_final_obs" in info:
-        mask = info["_final_obs"]
-        if np.any(mask):
-            real_next = obs.copy()
-            for i in np.nonzero(mask)[0]:
-                real_next[i] = flat_obs(info["final_obs"][i], 1)[0]
-            ended = info["final_info"]
-            if "game_return" in ended:
-                m = np.asarray(ended["_game_return"], bool)
-                games[m, 0] = np.asarray(ended["game_return"], np.float64)[m]
-                games[m, 1] = np.asarray(ended["game_length"], np.float64)[m]
-    return (obs, np.asarray(reward, dtype=np.float32), np.asarray(terminated, dtype=bool),
-            np.asarray(truncated, dtype=bool), real_next, games)
-
-
-def env_spec(env_cfg: EnvConfig) -> SpaceSpec:
-    if env_cfg.pipeline == "overlap" and env_cfg.n_envs < 2:
-        raise ConfigError(f"key 'env.pipeline' is 'overlap', but env.n_envs is {env_cfg.n_envs}: the overlap steps "
-                          f"one half of the envs while the policy acts on the other, so it needs n_envs >= 2")
-    env = make_env(env_cfg)
-    try:
-        spec = space_spec(env.observation_space, env.action_space, env_cfg.id)
-    finally:
-        env.close()
-    k = int(getattr(env_cfg, "frame_stack", 1) or 1)
-    if k > 1:
-        if spec.obs_kind not in ("Box", "Image"):
-            raise ConfigError(f"key 'env.frame_stack' is {k}, but the observation space is {spec.obs_kind}; frame "
-                              f"stacking applies to Box and image observations")
-        spec = replace(spec, frame_stack=k, obs_low=np.tile(spec.obs_low, k), obs_high=np.tile(spec.obs_high, k))
-    skip = int(getattr(env_cfg, "max_and_skip", 1) or 1)
-    if skip > 1:
-        if spec.obs_kind != "Image":
-            raise ConfigError(f"key 'env.max_and_skip' is {skip}, but the observation space is {spec.obs_kind}; "
-                              f"max-and-skip (the max of the last two frames) applies to image observations")
-        spec = replace(spec, max_and_skip=skip)
-    return spec

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Tuple
 import gymnasium as gym
 import numpy as np
 
-from .deploy.frames import FIRE_RESET_ACTIONS
+from ..deploy.frames import FIRE_RESET_ACTIONS
 
 
 @dataclass
