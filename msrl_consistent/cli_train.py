@@ -35,7 +35,8 @@ def cmd_train(args) -> int:
     overrides = list(args.set or [])
     if args.device is not None:
         overrides.append(f"device={args.device}")
-    cfg, origins = resolve_with_origins(args.config, args.seed, args.total_timesteps, overrides, args.env, _origin(args))
+    cfg, origins = resolve_with_origins(args.config, args.seed, args.total_timesteps, overrides, args.env, _origin(args),
+                                        "--set", "--env")
     from . import registry
     registry.get(cfg.algorithm).check_workers(cfg, args.workers)
     if cluster.nodes > 1 and not args.run_dir:

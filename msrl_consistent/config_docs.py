@@ -7,7 +7,7 @@ import typing
 from typing import Any, Dict, List, Tuple, Type
 
 from . import registry
-from .config import CheckpointConfig, Config, EnvConfig, EvalConfig, LogConfig, PolicyConfig, _type_name
+from .config import CheckpointConfig, Config, EnvConfig, EvalConfig, LogConfig, PolicyConfig, WrapperConfig, _type_name
 from .envs.atari import AtariConfig
 
 
@@ -39,7 +39,8 @@ def field_docs(cls: Type) -> List[Tuple[str, str, Any, str]]:
 
 def reference_markdown() -> str:
     """The config reference (docs/config.md), generated from the dataclasses' field docstrings."""
-    sections = [("top level", Config), ("env", EnvConfig), ("env.atari", AtariConfig), ("policy", PolicyConfig),
+    sections = [("top level", Config), ("env", EnvConfig), ("env.wrappers[i]", WrapperConfig),
+                ("env.atari", AtariConfig), ("policy", PolicyConfig),
                 ("eval", EvalConfig),
                 ("checkpoint", CheckpointConfig), ("log", LogConfig)]
     sections += [(f"algo (algorithm: {name})", registry.config_class(name)) for name in registry.names()]

@@ -58,7 +58,10 @@ def resolve(config: Union[str, Config], seed: Optional[int] = None, total_timest
     return resolve_with_origins(config, seed, total_timesteps, overrides, env, origin)[0]
 
 
-def resolve_with_origins(config, seed, total_timesteps, overrides, env, origin):
+def resolve_with_origins(config, seed, total_timesteps, overrides, env, origin, sets_label: Optional[str] = None,
+                         env_label: Optional[str] = None):
+    """:func:`resolve`, and the :class:`Origins` of its values (``sets_label``: what the overrides
+    are called, default ``origin``; ``env_label``: what ``env`` is called)."""
     from . import registry
 
     sets = list(overrides)
@@ -83,7 +86,7 @@ def resolve_with_origins(config, seed, total_timesteps, overrides, env, origin):
     where = path if env is None else f"{path} (env.id from {origin})"
     cfg = load_config(where, sets, data=data, origin=origin) if sets or env is not None or not isinstance(config, Config) \
         else config
-    return cfg, Origins(path, sets, origin, origin if env is not None else "")
+    return cfg, Origins(path, sets, sets_label or origin, (env_label or origin) if env is not None else "")
 
 
 def build_algorithm(cfg: Config, origins: Origins):

@@ -188,8 +188,10 @@ def _constructor(env_cfg: EnvConfig, make_kwargs: Dict[str, Any]) -> Callable[[]
             extra = {k: v for k, v in make_kwargs.items() if k == "render_mode"}
             return lambda: _call(obj, {**extra, **env_cfg.kwargs}, key, env_id, make_kwargs.get("max_episode_steps"))
         if rest not in gym.registry:
+            close = difflib.get_close_matches(rest, list(gym.registry), n=3)
+            hint = f"; did you mean {', '.join(repr(f'{module_name}:{c}') for c in close)}?" if close else ""
             raise EnvError(key, f"key '{key}' has value {env_id!r}: module {module_name!r} has no callable {rest!r} "
-                                f"and registered no environment {rest!r}")
+                                f"and registered no environment {rest!r}{hint}")
         env_id = rest
     elif env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         from ..optional import ATARI_INSTALL, require

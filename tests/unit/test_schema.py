@@ -14,7 +14,7 @@ WRITTEN = {
     "io": "dict", "files": "dict[str]",
     "golden": {"file": "str", "count": "int", "batch": "int", "reference": "str", "rollout?": "int",
                "bounds?": "int", "episodes?": "int", "seed?": "int", "sequences?": "dict"},
-    "precision_sweep?": "dict|null",
+    "precision_sweep?": "dict|null", "env_recipe?": "dict|null", "host_preprocessing?": "list",
 }
 
 
