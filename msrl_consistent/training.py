@@ -77,8 +77,9 @@ def resolve_with_origins(config, seed, total_timesteps, overrides, env, origin, 
         path = resolve_config(config)
         data = read_yaml(path)
     else:
+        hint = "; an environment goes in env= (train(\"ppo\", env=...))" if callable(config) or hasattr(config, "step") else ""
         raise ConfigError(f"config {config!r}: expected a shipped config name, a YAML path, an algorithm name "
-                          f"({', '.join(registry.names())}) or a Config")
+                          f"({', '.join(registry.names())}) or a Config{hint}")
     if env is not None:
         if not isinstance(data.get("env", {}), dict):
             raise ConfigError(f"{path}: section 'env' must be a mapping")

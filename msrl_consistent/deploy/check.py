@@ -138,7 +138,8 @@ def check(directory: str, backend: Optional[str] = None, atol: Optional[float] =
               "precision": export.precision, "atol": atol, "algorithm": export.algorithm, "env_id": export.env_id,
               "integrity": {"checked": sorted(export.files), "passed": True}, "golden": golden,
               "criteria": criteria, "passed": all(c["passed"] for c in criteria),
-              "python": sys.version.split()[0], "numpy": np.__version__}
+              "python": sys.version.split()[0], "numpy": np.__version__,
+              "host_preprocessing": list(export.manifest.get("host_preprocessing") or [])}
     if report["passed"] and latency_seconds > 0:
         obs, _ = export.golden()
         big = policy.fixed_batch or export.golden_batch if (policy.fixed_batch or export.golden_batch) > 1 else 32
@@ -203,6 +204,9 @@ def main(argv: Optional[List[str]] = None, prog: str = "policy.py", default_dir:
         print(f"  {distribution_summary(g['distribution'])}")
     for fault in g.get("faults", []):
         print(f"  fault: {fault}")
+    for w in r.get("host_preprocessing", []):  # env.wrappers training ran outside the graph (manifest)
+        print(f"  host preprocessing the control loop must apply around act(): {w.get('entry')} {w.get('kwargs')} "
+              f"({w.get('kind')})")
     for crit in r["criteria"]:
         print(f"  [{'ok' if crit['passed'] else 'FAIL'}] {crit['name']}")
     print(f"  {'PASS' if r['passed'] else 'FAIL'}; report: {r.get('report')}")

@@ -66,6 +66,10 @@ def test_environments_doc_runs_as_written(tmp_path):
     assert manifest["host_preprocessing"] == [{"entry": "myenv:Relative", "kwargs": {"scale": 0.5},
                                               "kind": "observation", "host": True}]
     assert manifest["env"]["wrappers"] == [{"entry": "myenv:Relative", "kwargs": {"scale": 0.5}}]
+    # the bundle's own check names the host preprocessing its control loop must apply
+    r = subprocess.run([sys.executable, "policy.py", "check", "--backend", "onnxruntime"], cwd=tmp_path / "exports" / "goto",
+                       env=user_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "host preprocessing the control loop must apply around act(): myenv:Relative" in r.stdout
     for run in ("goto", "goto-sac"):
         summary = json.loads((tmp_path / "runs" / run / "summary.json").read_text())
         assert summary["env_recipe"]["id"] == "myenv:GoToTarget-v0", run
