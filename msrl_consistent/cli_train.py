@@ -4,7 +4,6 @@ are ConfigError (``msrl: error: ...``, exit 2)."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 from . import runlock
@@ -89,14 +88,7 @@ def _train_locked(args, cfg, origins, run_dir: str, worker: bool, created: bool,
             return _launch(args, cluster, run_dir, entry_args, f"training {cfg.algorithm} on {cfg.env.id}")
     if worker:
         _init_worker(cfg)
-    try:
-        algo = build_algorithm(cfg, origins)
-    except BaseException:
-        # Nothing was trained (say, the environment's package is missing): leave no run directory
-        # behind, so the same command works once the cause is fixed.
-        if created and set(os.listdir(run_dir)) <= {"config.yaml", runlock.LOCK_FILE}:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+    algo = build_algorithm(cfg, origins, run_dir, created)
     note = rounding_note(algo)
     return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
                                              f"{cfg.total_timesteps} steps{'; ' + note if note else ''}) -> {run_dir}")

@@ -90,15 +90,22 @@ def resolve_with_origins(config, seed, total_timesteps, overrides, env, origin, 
     return cfg, Origins(path, sets, sets_label or origin, (env_label or origin) if env is not None else "")
 
 
-def build_algorithm(cfg: Config, origins: Origins):
-    """The algorithm for ``cfg``; an environment error names the source of the value at fault."""
-    from . import registry
+def build_algorithm(cfg: Config, origins: Origins, run_dir: Optional[str] = None, created: bool = False):
+    """The algorithm for ``cfg``; an environment error names the source of the value at fault.
+    When it fails, nothing was trained: a run directory this run ``created`` (holding only its
+    config.yaml and lock) is removed, so the same command works once the cause is fixed."""
+    from . import registry, runlock
     from .envs.make import EnvError
 
     try:
-        return registry.get(cfg.algorithm)(cfg)
-    except EnvError as exc:
-        raise ConfigError(f"{origins.of(exc.key)}: {exc}") from None
+        try:
+            return registry.get(cfg.algorithm)(cfg)
+        except EnvError as exc:
+            raise ConfigError(f"{origins.of(exc.key)}: {exc}") from None
+    except BaseException:
+        if run_dir and created and set(os.listdir(run_dir)) <= {"config.yaml", runlock.LOCK_FILE}:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
 
 
 def rounding_note(algo) -> str:
@@ -171,13 +178,7 @@ def train(config: Union[str, Config], run_dir: Optional[str] = None, *, env: Any
     created = not os.path.isdir(run_dir)
     with runlock.new_run_dir(run_dir):
         atomic_write_text(os.path.join(run_dir, "config.yaml"), dump_config(cfg))
-        try:
-            algo = build_algorithm(cfg, origins)
-        except BaseException:
-            # nothing was trained: leave no run directory behind, as msrl train does
-            if created and set(os.listdir(run_dir)) <= {"config.yaml", runlock.LOCK_FILE}:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            raise
+        algo = build_algorithm(cfg, origins, run_dir, created)
         note = rounding_note(algo)
         if note and progress:
             print(f"msrl: {note}", file=sys.stderr)
