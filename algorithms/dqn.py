@@ -15,7 +15,7 @@ come from the run's Generator and enter the graph as inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional
 
 import mindspore as ms
 import numpy as np
@@ -35,6 +35,8 @@ from .offpolicy_population import OffPolicyPopulation
 
 @dataclass
 class DQNConfig(OffPolicyConfig):
+    policy_defaults: ClassVar[Dict[str, Any]] = {"net_arch": [64, 64], "activation": "relu", "ortho_init": False}
+    """The policy keys a config leaves out: SB3's DQN defaults ([64, 64], ReLU, PyTorch's initialization)."""
     # SB3's DQN defaults of keys every off-policy algorithm has (documented on OffPolicyConfig)
     learning_starts: int = 100
     batch_size: int = 32

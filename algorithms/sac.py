@@ -13,7 +13,7 @@ the replay buffer and the policy cell are shared (off_policy.py, buffers.py, msr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional
 
 import mindspore as ms
 import numpy as np
@@ -34,6 +34,8 @@ from .offpolicy_population import OffPolicyPopulation
 
 @dataclass
 class SACConfig(OffPolicyConfig):
+    policy_defaults: ClassVar[Dict[str, Any]] = {"net_arch": [256, 256], "activation": "relu", "ortho_init": False}
+    """The policy keys a config leaves out: SB3's SAC defaults ([256, 256], ReLU, PyTorch's initialization)."""
     auto_ent_coef: bool = True
     """Learn the entropy coefficient alpha so the policy entropy tracks target_entropy (SB3 ent_coef='auto')."""
     init_ent_coef: float = 1.0

@@ -15,7 +15,7 @@ Box's units. Follows Stable-Baselines3's TD3.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional
 
 import mindspore as ms
 import numpy as np
@@ -36,6 +36,8 @@ from .offpolicy_population import OffPolicyPopulation
 
 @dataclass
 class TD3Config(OffPolicyConfig):
+    policy_defaults: ClassVar[Dict[str, Any]] = {"net_arch": [400, 300], "activation": "relu", "ortho_init": False}
+    """The policy keys a config leaves out: SB3's TD3 defaults ([400, 300], ReLU, PyTorch's initialization)."""
     learning_rate: float = 1e-3
     """Adam learning rate of the critics and the actor."""
     policy_delay: int = 2

@@ -182,7 +182,11 @@ def cmd_replay(args) -> int:
 def cmd_configs(args) -> int:
     import yaml
 
-    from .config import shipped_configs
+    from .config import dump_config, load_config, shipped_configs
+
+    if args.defaults:  # what `msrl train ALGO --env ID` trains with: every key, the algorithm's SB3 defaults
+        print(dump_config(load_config(f"--defaults {args.defaults}", data={"algorithm": args.defaults})), end="")
+        return 0
 
     rows = []
     for name, path in shipped_configs().items():
@@ -345,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("configs", help="list the shipped configs (usable by name: msrl train ppo/CartPole-v1)")
     c.add_argument("--json", action="store_true")
+    c.add_argument("--defaults", metavar="ALGO", help="print every key of ALGO's defaults as YAML (its network as SB3's)")
     c.set_defaults(func=cmd_configs)
     return p
 

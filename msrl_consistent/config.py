@@ -89,17 +89,19 @@ class EnvConfig:
 @dataclass
 class PolicyConfig:
     net_arch: List[int] = field(default_factory=lambda: [64, 64])
-    """Hidden layer sizes of the actor (and critic unless critic_arch is set)."""
+    """Hidden layer sizes of the actor (and critic unless critic_arch is set). Left out, each algorithm's SB3 default:
+    PPO and DQN [64, 64], SAC [256, 256], TD3 [400, 300] (`msrl configs --defaults ALGO`)."""
     critic_arch: Optional[List[int]] = None
     """Hidden layer sizes of the critic; None uses net_arch."""
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
-    """Activation function of the hidden layers."""
+    """Activation function of the hidden layers (left out: tanh for PPO, relu for DQN, SAC and TD3, as SB3)."""
     shared: bool = False
     """PPO only: actor and critic share the hidden trunk."""
     log_std_init: float = 0.0
     """Initial log standard deviation of Gaussian policies."""
     ortho_init: bool = True
-    """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
+    """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head); false: PyTorch's default Linear
+    initialization (left out: true for PPO, false for DQN, SAC and TD3, as SB3)."""
     cnn: Literal["auto", "nature", "small"] = "auto"
     """Image observations: conv trunk shared by actor and critic (auto: NatureCNN from 64x64 after resize, else small)."""
     grayscale: bool = False
@@ -291,6 +293,10 @@ def build_dataclass(cls: Type, data: Any, where: str, prefix: str = "") -> Any:
         raise ConfigError(f"{where}: {sect} must be a mapping, got {type(data).__name__} {data!r}")
     hints = _hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
+    if cls is Config and data.get("algorithm", "ppo") in registry.names():
+        defaults = getattr(registry.config_class(data.get("algorithm", "ppo")), "policy_defaults", {})
+        if defaults and (data.get("policy") is None or isinstance(data.get("policy"), dict)):
+            data = {**data, "policy": {**defaults, **(data.get("policy") or {})}}  # the algorithm's SB3 network
     kwargs = {}
     for k, v in data.items():
         full = f"{prefix}.{k}" if prefix else str(k)

@@ -25,7 +25,8 @@ def test_shipped_configs_load(configs_dir):
     assert cfg.algo.clip_range == 0.2 and cfg.algo.clip_range_schedule == "linear"
     assert cfg.total_timesteps == 100000
     shipped = [os.path.join(configs_dir, d, f) for d in sorted(os.listdir(configs_dir))
-               if os.path.isdir(os.path.join(configs_dir, d)) for f in sorted(os.listdir(os.path.join(configs_dir, d)))]
+               if os.path.isdir(os.path.join(configs_dir, d)) for f in sorted(os.listdir(os.path.join(configs_dir, d)))
+               if f.endswith(".yaml")]
     assert len(shipped) >= 7
     for path in shipped:
         load_config(path)
@@ -174,3 +175,17 @@ def test_rlzoo_ppo_recipes_as_published(configs_dir):
     assert (pol.log_std_init, pol.ortho_init, pol.activation, pol.net_arch, pol.critic_arch, pol.shared) == (
         -2.0, False, "relu", [256, 256], [256, 256], False)
     assert a.use_sde is False and a.lr_schedule == "constant" and a.clip_range_schedule == "constant"
+
+
+def test_a_config_without_policy_keys_gets_its_algorithms_sb3_network(capsys):
+    # SB3: PPO [64, 64] tanh with orthogonal init; DQN [64, 64], SAC [256, 256], TD3 [400, 300], ReLU, torch's init
+    want = {"ppo": ([64, 64], "tanh", True), "dqn": ([64, 64], "relu", False), "sac": ([256, 256], "relu", False),
+            "td3": ([400, 300], "relu", False)}
+    for algo, (arch, act, ortho) in want.items():
+        p = load_config(None, [], data={"algorithm": algo}).policy
+        assert (p.net_arch, p.activation, p.ortho_init) == (arch, act, ortho), algo
+    p = load_config(None, ["policy.activation=tanh"], data={"algorithm": "sac"}).policy  # a key given wins
+    assert (p.net_arch, p.activation) == ([256, 256], "tanh")
+    from msrl_consistent.cli import main
+    assert main(["configs", "--defaults", "td3"]) == 0
+    assert "net_arch:\n  - 400\n  - 300\n" in capsys.readouterr().out
