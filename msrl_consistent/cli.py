@@ -334,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .lite_install import add_parser as add_lite_parser
     add_lite_parser(sub)
+    from .sb3 import add_parser as add_import_parser
+    add_import_parser(sub)
 
     c = sub.add_parser("configs", help="list the shipped configs (usable by name: msrl train ppo/CartPole-v1)")
     c.add_argument("--json", action="store_true")
