@@ -19,6 +19,8 @@ def cmd_train(args) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: expected a positive number of workers")
     cluster = from_args(args)
+    from .init_from import check_args
+    check_args(args)
     if args.resume:
         return _resume(args, cluster)
     if getattr(args, "seeds", None) is not None:
@@ -83,6 +85,11 @@ def _train_locked(args, cfg, run_dir: str, worker: bool, created: bool, cluster:
         _init_worker(cfg)
     try:
         algo = registry.get(cfg.algorithm)(cfg)
+        if getattr(args, "init_from", None):
+            from .init_from import init_from
+            source = init_from(algo, args.init_from)
+            if not args.quiet:
+                print(f"msrl: parameters from {source} (optimizer, counters and RNG fresh)")
     except BaseException:
         # Nothing was trained (say, the environment's package is missing): leave no run directory
         # behind, so the same command works once the cause is fixed.
