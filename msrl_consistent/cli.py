@@ -226,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", nargs="?", help="YAML config file, or the name of a shipped config such as "
                                               "ppo/CartPole-v1 (list them with `msrl configs`)")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest intact checkpoint")
+    t.add_argument("--init-from", metavar="RUN_DIR", help="a new run starting from RUN_DIR's parameters (e.g. an "
+                   "`msrl import`ed model; optimizer, counters and RNG fresh); the config must build the same network")
     t.add_argument("--workers", type=int, default=1,
                    help="data-parallel workers launched through msrun (PPO, SAC, TD3); with --resume, the count "
                         "the run was checkpointed with resumes it exactly")
@@ -346,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .lite_install import add_parser as add_lite_parser
     add_lite_parser(sub)
     add_check_env_parser(sub)
+    from .sb3 import add_parser as add_import_parser
+    add_import_parser(sub)
 
     c = sub.add_parser("configs", help="list the shipped configs (usable by name: msrl train ppo/CartPole-v1)")
     c.add_argument("--json", action="store_true")

@@ -18,6 +18,8 @@ def cmd_train(args) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: expected a positive number of workers")
     cluster = from_args(args)
+    from .init_from import check_args
+    check_args(args)
     if args.resume:
         return _resume(args, cluster)
     if getattr(args, "seeds", None) is not None:
@@ -88,7 +90,9 @@ def _train_locked(args, cfg, origins, run_dir: str, worker: bool, created: bool,
             return _launch(args, cluster, run_dir, entry_args, f"training {cfg.algorithm} on {cfg.env.id}")
     if worker:
         _init_worker(cfg)
-    algo = build_algorithm(cfg, origins, run_dir, created)
+    algo = build_algorithm(cfg, origins, run_dir, created, getattr(args, "init_from", None))
+    if algo.initialized_from and not args.quiet:
+        print(f"msrl: parameters from {algo.initialized_from} (optimizer, counters and RNG fresh)")
     note = rounding_note(algo)
     return _learn(algo, run_dir, args.quiet, f"training {cfg.algorithm} on {cfg.env.id} (seed {cfg.seed}, "
                                              f"{cfg.total_timesteps} steps{'; ' + note if note else ''}) -> {run_dir}")

@@ -90,8 +90,10 @@ def resolve_with_origins(config, seed, total_timesteps, overrides, env, origin, 
     return cfg, Origins(path, sets, sets_label or origin, (env_label or origin) if env is not None else "")
 
 
-def build_algorithm(cfg: Config, origins: Origins, run_dir: Optional[str] = None, created: bool = False):
-    """The algorithm for ``cfg``; an environment error names the source of the value at fault.
+def build_algorithm(cfg: Config, origins: Origins, run_dir: Optional[str] = None, created: bool = False,
+                    init_from: Optional[str] = None):
+    """The algorithm for ``cfg`` (its parameters from the run ``init_from``, when given:
+    msrl_consistent.init_from); an environment error names the source of the value at fault.
     When it fails, nothing was trained: a run directory this run ``created`` (holding only its
     config.yaml and lock) is removed, so the same command works once the cause is fixed."""
     from . import registry, runlock
@@ -99,9 +101,14 @@ def build_algorithm(cfg: Config, origins: Origins, run_dir: Optional[str] = None
 
     try:
         try:
-            return registry.get(cfg.algorithm)(cfg)
+            algo = registry.get(cfg.algorithm)(cfg)
         except EnvError as exc:
             raise ConfigError(f"{origins.of(exc.key)}: {exc}") from None
+        algo.initialized_from = None
+        if init_from:
+            from .init_from import init_from as load_initial
+            algo.initialized_from = load_initial(algo, init_from)
+        return algo
     except BaseException:
         if run_dir and created and set(os.listdir(run_dir)) <= {"config.yaml", runlock.LOCK_FILE}:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -12,6 +12,8 @@
   one (the target) on a 4x4 grid; action Discrete(4) (up, down, left, right); reward +1 on reaching
   the target (the episode ends) and 0.1 per grid step closer (-0.1 per step away); 24-step limit.
   Optimal play returns 1 + 0.1 * (initial distance); random play rarely reaches the target.
+* ``MsrlTestDot40-v0``: the same game on a 40x40 frame (10x10 cells): the smallest frame NatureCNN (SB3's
+  CnnPolicy, msrl's ``policy.cnn: nature``) takes, for the imported-CnnPolicy tests.
 * ``MsrlTestAtariFrame-v0``: the same game drawn on a full-size Atari frame (210x160x3 uint8, 4x4
   cells of 52x40 pixels): a stand-in for an ALE env with the shapes of the real camera input.
 """
@@ -109,6 +111,11 @@ class DotToTarget(gym.Env):
         return self._frame(), r, reached, False, {}
 
 
+class DotOn40Frame(DotToTarget):
+    observation_space = spaces.Box(0, 255, (40, 40, 3), np.uint8)
+    CELL = (10, 10)
+
+
 class DotOnAtariFrame(DotToTarget):
     observation_space = spaces.Box(0, 255, (210, 160, 3), np.uint8)
     CELL = (52, 40)
@@ -116,6 +123,8 @@ class DotOnAtariFrame(DotToTarget):
 
 if "MsrlTestDot-v0" not in gym.registry:
     gym.register("MsrlTestDot-v0", entry_point=DotToTarget, max_episode_steps=24)
+if "MsrlTestDot40-v0" not in gym.registry:
+    gym.register("MsrlTestDot40-v0", entry_point=DotOn40Frame, max_episode_steps=24)
 if "MsrlTestAtariFrame-v0" not in gym.registry:
     gym.register("MsrlTestAtariFrame-v0", entry_point=DotOnAtariFrame, max_episode_steps=24)
 
