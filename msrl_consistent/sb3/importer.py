@@ -139,9 +139,8 @@ def import_model(source: str, out: str, vecnormalize: Optional[str] = None, env:
     vecnormalize = vecnormalize or model.vecnormalize
     env_id = _env_id(model, env)
     parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise ConfigError(f"--out {out}: its parent directory {parent} does not exist")
     algo, cfg, spec, notes = _build(model, env_id, vecnormalize)
+    os.makedirs(parent, exist_ok=True)  # as msrl train makes runs/ for --run-dir runs/NAME
     tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.import-{os.getpid()}")
     try:
         os.makedirs(os.path.join(tmp, "checkpoints"))
