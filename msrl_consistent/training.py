@@ -128,7 +128,7 @@ def environment_argument(env: Any) -> str:
     """The env.id for ``train(env=...)``: a string as it is, a class or function importable by name
     as ``module:qualname``; any other object (a lambda, a closure, an Env instance) is provided to
     this process only, and the run says that a later eval or export needs ``env=`` again."""
-    from .envs.make import importable_name, in_process_id, provide
+    from .envs.make import IN_PROCESS, importable_name, in_process_id, provide
 
     if isinstance(env, str):
         return env
@@ -137,7 +137,7 @@ def environment_argument(env: Any) -> str:
         return name
     env_id = in_process_id(env)
     provide(env_id, env)
-    print(f"msrl: the environment {env_id[len('<python>:'):]} was given as a Python object that cannot be imported by "
+    print(f"msrl: the environment {env_id[len(IN_PROCESS):]} was given as a Python object that cannot be imported by "
           f"name; the run records it as {env_id!r}, and eval, export and verify of the run need it again: "
           f"load_policy(run_dir, env=...), export_run(..., env=...), verify_export(..., env=...)", file=sys.stderr)
     return env_id

@@ -13,6 +13,7 @@ such wrappers in the manifest and refuses to export without ``--allow-host-wrapp
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import sys
@@ -82,10 +83,17 @@ def refuse_host_wrappers(run_dir: str, host: List[Dict[str, Any]]) -> str:
             f"--allow-host-wrappers: the manifest then lists them as host_preprocessing")
 
 
+@functools.lru_cache(maxsize=1)
+def _distributions() -> Dict[str, List[str]]:
+    """Top-level module -> installed distributions, read once per process (it scans every
+    installed package; a population's members would each pay it again)."""
+    return importlib.metadata.packages_distributions()
+
+
 def _module_record(name: str) -> Optional[Dict[str, str]]:
     """An imported module's installed distribution and version, or its file and sha256."""
     top = name.split(".")[0]
-    dists = importlib.metadata.packages_distributions().get(top, [])
+    dists = _distributions().get(top, [])
     if dists:
         try:
             return {"package": dists[0], "version": importlib.metadata.version(dists[0])}
