@@ -57,24 +57,16 @@ class Rounds:
         return self._fns[(kind, fused)]
 
     def explore(self, obs: np.ndarray, envs: Optional[EnvGroups] = None) -> List[tuple]:
-        """Every member's (env action, stored action) for its rows of obs (members, n, obs): one call,
-        or with ``envs`` one call per env group, each group's envs stepping while the next acts."""
+        """Every member's (env action, stored action) for its rows of obs (members, n, obs): one call
+        of every row (with ``envs`` each group's envs then start stepping; the acting graph takes every
+        row in either pipeline, pipeline.EnvGroups.widen says why)."""
         if self._act_fn is None:
             self._act_fn = FastCall(self.graphs.act_cell)
         noise = [m.exploration_noise(obs.shape[1]) for m in self.members]  # every row's, drawn as one call draws
-        if envs is None or not envs.overlap:
-            acts = self._split(self._act_fn(self._join(list(obs)), self._join(noise)).asnumpy())
-            if envs is not None:
-                envs.send(0, np.concatenate([e for e, _ in acts]))
-            return acts
-        parts = []
-        for g, r in enumerate(envs.ranges):
-            rows = slice(r.start, r.stop)
-            acts = self._split(self._act_fn(self._join([o[rows] for o in obs]),
-                                            self._join([z[rows] for z in noise])).asnumpy())
-            envs.send(g, np.concatenate([e for e, _ in acts]))
-            parts.append(acts)
-        return [tuple(np.concatenate([p[i][j] for p in parts]) for j in (0, 1)) for i in range(self.k)]
+        acts = self._split(self._act_fn(self._join(list(obs)), self._join(noise)).asnumpy())
+        if envs is not None:
+            envs.send_all(np.concatenate([e for e, _ in acts]))
+        return acts
 
     def train(self, steps: int, act_obs: Optional[np.ndarray] = None):
         """``steps`` gradient steps of every member (one graph call each), the last one with the next
@@ -160,11 +152,9 @@ class Rounds:
                             acts = [m.random_actions(n) for m in members]
                         else:
                             acts, next_actions = next_actions, None
-                        env_a = acts[0][0] if k == 1 else np.concatenate([e for e, _ in acts])
-                        for g, cols in enumerate(envs.cols):
-                            envs.send(g, env_a[cols] if envs.overlap else env_a)
+                        envs.send_all(acts[0][0] if k == 1 else np.concatenate([e for e, _ in acts]))
                     else:
-                        acts = self.explore(obs, envs)  # each group's envs start stepping once it has acted
+                        acts = self.explore(obs, envs)  # then each group's envs step
                     t1 = clock()
                     next_obs, rew, term, trunc, real_next, games = (envs.join(list(p))
                                                              for p in zip(*[envs.recv(g) for g in range(envs.groups)]))

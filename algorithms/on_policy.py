@@ -180,26 +180,29 @@ class Rollouts:
                 rn.returns = np.zeros(n, np.float64)  # (re)seeded envs start new episodes
         clock = time.perf_counter
         acting = env_wait = 0.0
-        zeros: List = [None] * envs.groups  # each group's noise shape, zero: the acting graph as a value graph
+        zeros: List = [None]  # the noise, zero: the acting graph as a value graph
         finals: List = [None] * envs.groups  # frame-wise: each group's final values of its last step
+        every = slice(None)  # the acting graph takes every column's rows (pipeline.EnvGroups.widen)
 
         def noise_of(t: int) -> np.ndarray:  # vector step t's noise for every column, drawn in column order
             return np.concatenate([m.step_noise(t, n) for m in members]) if k > 1 else m0.step_noise(t, n)
 
         def act(g: int, t: int, noise: np.ndarray):
-            """Group g acts at step t (one graph call on its rows) and its envs start stepping."""
+            """Group g acts at step t (one graph call at the full batch, its rows in their columns) and
+            its envs start stepping."""
             nonlocal acting
             t0 = clock()
             o, c = gobs[g], envs.cols[g]
-            z = noise[c] if envs.overlap else noise
-            if zeros[g] is None:
-                zeros[g] = np.zeros_like(z)
+            wide = envs.widen(g, o)
+            if zeros[0] is None:
+                zeros[0] = np.zeros_like(noise)
             if self.stacked:
-                inputs = (Tensor(o.reshape(k, len(c) // k, -1)), Tensor(z.reshape((k, len(c) // k) + z.shape[1:])))
+                inputs = (Tensor(wide.reshape(k, n, -1)), Tensor(noise.reshape((k, n) + noise.shape[1:])))
             else:
-                inputs = carry.inputs(o, z, c) if carry is not None else \
-                    frames.inputs(o, z, c) if frames is not None else (Tensor(o), Tensor(z))
-            env_a, a, logp, v, rows = unpack_rollout(owner._rollout_fn(*inputs).asnumpy(), act_shape, spec.discrete)
+                inputs = carry.inputs(wide, noise, every) if carry is not None else \
+                    frames.inputs(wide, noise, every) if frames is not None else (Tensor(wide), Tensor(noise))
+            out = envs.narrow(g, owner._rollout_fn(*inputs).asnumpy())
+            env_a, a, logp, v, rows = unpack_rollout(out, act_shape, spec.discrete)
             if carry is not None:  # the fifth output is the next state, not rows to store
                 carry.acted(buf, t, rows, c)
                 rows = None
@@ -213,7 +216,7 @@ class Rollouts:
             """Frame-wise: the values of group g's observations ``o`` (newest raw frames) from the acting
             graph (its value output, zero noise; the carry, before it steps, holds their earlier frames): the bits of
             the value graph's (tested), without compiling it (its memory: docs/benchmarks.md)."""
-            out = owner._rollout_fn(*frames.inputs(o, zeros[g], envs.cols[g])).asnumpy()
+            out = envs.narrow(g, owner._rollout_fn(*frames.inputs(envs.widen(g, o), zeros[0], every)).asnumpy())
             return unpack_rollout(out, act_shape, spec.discrete)[3]
 
         def receive(g: int):
@@ -306,7 +309,8 @@ class Carry:
     """The host side of the rollout's recurrent state: per env the state row and the
     episode_start flag the next step's cells take. A training run's envs start new episodes
     when (re)seeded, so the state starts at zero with every flag at 1 (sb3-contrib's start).
-    ``cols``: the env columns of the group that acts or stepped (pipeline.EnvGroups)."""
+    ``cols``: the env columns of the group that acts or stepped (pipeline.EnvGroups), or every
+    column for the acting graph's inputs."""
 
     def __init__(self, n_envs: int, state_dim: int):
         self.state = np.zeros((n_envs, state_dim), np.float32)

@@ -66,7 +66,7 @@ POPULATION_CASES = {
 }
 
 
-def run_case(name: str, workdir: str, pipeline: str = "sequential") -> list:
+def run_case(name: str, workdir: str, pipeline: str = "sequential", overrides: tuple = ()) -> list:
     """[{case, params_sha256, wall_s}]: one row, or one per member of a population case."""
     population = name in POPULATION_CASES
     if population:
@@ -76,7 +76,8 @@ def run_case(name: str, workdir: str, pipeline: str = "sequential") -> list:
         extra = ["--seed", "0", *[a for s in sets for a in ("--set", s)]]
     run_dir = os.path.join(workdir, name)
     cmd = ["msrl", "train", os.path.join(CONFIGS, cfg), "--total-timesteps", str(steps),
-           "--run-dir", run_dir, "--quiet", "--set", "eval.episodes=2", "--set", f"env.pipeline={pipeline}", *extra]
+           "--run-dir", run_dir, "--quiet", "--set", "eval.episodes=2", "--set", f"env.pipeline={pipeline}", *extra,
+           *[a for s in overrides for a in ("--set", s)]]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -103,14 +104,16 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", choices=sorted(CASES) + sorted(POPULATION_CASES), help="run these cases only")
     p.add_argument("--populations", action="store_true", help="run the population cases")
     p.add_argument("--pipeline", choices=["sequential", "overlap"], default="sequential", help="env.pipeline of every case")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override added to every case (e.g. env.n_envs=2)")
     p.add_argument("--json", help="also write the results to this JSON file")
     args = p.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory(prefix="msrl-sha-") as d:
         for name in args.only or list(POPULATION_CASES if args.populations else CASES):
-            if args.pipeline == "overlap" and one_env(name):
+            if args.pipeline == "overlap" and one_env(name) and not any(s.startswith("env.n_envs=") for s in args.set):
                 continue
-            for r in run_case(name, d, args.pipeline):
+            for r in run_case(name, d, args.pipeline, tuple(args.set)):
                 results.append(r)
                 print(f"{r['case']:34s} {r['params_sha256']}  {r['wall_s']:7.1f} s", flush=True)
     if args.json:

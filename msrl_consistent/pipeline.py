@@ -10,9 +10,12 @@ device); on this CPU it pays where an env step costs as much as an acting call (
 
 What the overlap changes and what it does not: every env keeps its seed and its column in the
 buffer, actions reach each env in the same order, and every Generator draw happens in the same
-order, so a run is as reproducible as a sequential one. The acting graph runs at the group's
-batch (half the rows); where the acting kernels give a row the same bits at both batch shapes
-the run is bit-identical to the sequential one (docs/benchmarks.md lists which configs are).
+order, so a run is as reproducible as a sequential one. The acting graph runs at the full batch
+shape in both pipelines, a group's rows in their own columns (:meth:`EnvGroups.widen`): a CPU
+MatMul rounds a row by the blocking it picks for the row count (oneDNN's AVX2 kernel rounds an
+8-row batch's rows 0-5 and 6-7 in two blocks, and 4 rows otherwise), so only the same shape with
+the row in the same place gives every row the sequential call's bits, on every CPU. The run is
+bit-identical to the sequential one; the price is an acting call of every row per group.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ class EnvGroups:
         self._pool: Optional[ThreadPoolExecutor] = None
         self._pending: List[Optional[Future]] = [None] * len(self.ranges)
         self._actions: List[Optional[np.ndarray]] = [None] * len(self.ranges)
+        self._wide: dict = {}  # widen's full-width arrays, by row shape and dtype
         self.venvs: list = []
         try:  # a group that fails to start closes the ones already started (close() needs the fields above)
             for c in self.cols:
@@ -79,6 +83,29 @@ class EnvGroups:
         for c, p in zip(self.cols, parts):
             out[c] = p
         return out
+
+    def widen(self, g: int, rows: np.ndarray) -> np.ndarray:
+        """Group g's rows in their columns of a full-width array: the acting graph's input, so it runs
+        at one batch shape in either pipeline and gives each row the sequential call's bits (the
+        module's docstring says why). The other columns hold earlier rows, whose outputs the caller
+        drops with :meth:`narrow`; the array is reused by the next call."""
+        if not self.overlap:
+            return rows
+        key = (rows.shape[1:], rows.dtype.str)
+        if key not in self._wide:
+            self._wide[key] = np.zeros((self.members * self.n,) + rows.shape[1:], rows.dtype)
+        wide = self._wide[key]
+        wide[self.cols[g]] = rows
+        return wide
+
+    def narrow(self, g: int, wide: np.ndarray) -> np.ndarray:
+        """Group g's rows of a full-width array (the acting graph's output for :meth:`widen`'s input)."""
+        return wide[self.cols[g]] if self.overlap else wide
+
+    def send_all(self, actions: np.ndarray) -> None:
+        """Every group's step with its columns of the full-width ``actions``."""
+        for g in range(self.groups):
+            self.send(g, self.narrow(g, actions))
 
     def send(self, g: int, actions: np.ndarray) -> None:
         """Start group g's step with its actions (sequential: the step runs in :meth:`recv`)."""

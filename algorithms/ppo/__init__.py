@@ -25,7 +25,6 @@ from msrl_consistent.fastcall import FastCall
 from msrl_consistent.networks.actor_critic import ActorCriticAgent
 from msrl_consistent.networks.image import frame_wise_exact
 from msrl_consistent.optim import Adam
-from msrl_consistent.pipeline import group_ranges
 
 from ..algorithm import register, schedule_value
 from ..on_policy import OnPolicyAlgorithm
@@ -258,7 +257,7 @@ class PPO(OnPolicyAlgorithm):
         # stacked image frames: each frame preprocessed once, at the step it arrives, where that
         # gives the bits of the whole stack's preprocessing at the rollout's batch sizes
         if self.rollout_features and self.spec.frame_stack > 1 and frame_wise_exact(
-                self.agent.rows.encoder, [len(r) for r in group_ranges(self.cfg.env.n_envs, self.cfg.env.pipeline)]):
+                self.agent.rows.encoder, [self.cfg.env.n_envs]):  # the acting graph's batch in either pipeline
             self.frame_wise, self.rollout_cell = True, FrameWiseRollout(self.agent)
         super().learn_loop(run)
 

@@ -1,8 +1,7 @@
 """env.pipeline: overlap trains what the sequential rollout trains: the same parameters bit for bit
-where the acting kernels give a row the same bits at the group's batch (two rows or more per group
-on this CPU), the rows of the buffer in their columns (the rollout/update mismatch stays at a few
-float32 ulp where a group is one row), populations and every algorithm family, the export verified
-bit for bit, and one env refused with one clear line."""
+on every CPU (the acting graph takes every column's rows, a group's in their own columns), groups
+of one row included, populations and every algorithm family, the export verified bit for bit, and
+one env refused with one clear line."""
 import os
 
 import pytest
@@ -55,16 +54,16 @@ def test_population_overlap_trains_each_member_bit_identically(tmp_path):
     assert hashes[0] == hashes[1] and len(set(hashes[0].values())) == 2
 
 
-def test_one_row_groups_keep_the_buffer_rows_in_their_columns(tmp_path):
-    """2 envs: each group acts on one row, whose kernels may round differently from two rows; the
-    update's first minibatch (both rows, the parameters that acted) then recomputes the rollout's
-    log-probabilities within a few ulp. A row stored in another env's column would be far off."""
-    extra = SMALL + ["total_timesteps=256", "env.n_envs=2", "algo.n_steps=1", "algo.batch_size=2",
-                     "env.pipeline=overlap"]
-    _, first, _ = train_run(tmp_path, "ppo/Pendulum-v1.yaml", extra, "a")
-    _, again, _ = train_run(tmp_path, "ppo/Pendulum-v1.yaml", extra, "b")
-    assert first["params_sha256"] == again["params_sha256"]  # reproducible
-    assert first["mismatch"]["max"] < 1e-5
+@pytest.mark.slow
+def test_one_row_groups_train_what_the_sequential_rollout_trains(tmp_path):
+    """2 envs: each group is one row, which a MatMul kernel rounds differently from a row of two
+    (measured on AVX2 and AVX-512 hosts) if the graph ran at the group's batch; at the full batch,
+    each row in its column, the run is the sequential one and the rollout/update mismatch its 0."""
+    extra = SMALL + ["total_timesteps=256", "env.n_envs=2", "algo.n_steps=1", "algo.batch_size=2"]
+    _, seq, _ = train_run(tmp_path, "ppo/Pendulum-v1.yaml", extra, "sequential")
+    _, over, _ = train_run(tmp_path, "ppo/Pendulum-v1.yaml", extra + ["env.pipeline=overlap"], "overlap")
+    assert over["params_sha256"] == seq["params_sha256"]
+    assert over["mismatch"]["max"] == seq["mismatch"]["max"] == 0.0
 
 
 def test_overlap_with_one_env_is_one_clear_line(tmp_path):
