@@ -4,7 +4,8 @@
 env steps, in the caller's thread. ``env.pipeline: overlap`` is two groups (each member's first
 and second half of its ``n_envs`` envs): while one group's envs step in a worker thread (their
 own processes too with ``env.vectorization: async``), the acting graph runs on the other
-group's rows, which MindSpore runs with the GIL released. It is the asynchronous pipeline NPU
+group's rows, which MindSpore runs with the GIL released (PPO's rollout; the off-policy loop acts
+on every row in one call, then both groups' envs step at once). It is the asynchronous pipeline NPU
 deployment guides describe (env simulation on the host overlapped with inference on the
 device); on this CPU it pays where an env step costs as much as an acting call (Atari).
 
